@@ -1,0 +1,1 @@
+"""cornus-caretaker: the per-pod sidecar running the pod's roles."""

@@ -1,0 +1,1 @@
+"""cornus_core.credentials"""

@@ -1,0 +1,1 @@
+"""cornus-tui: the caller's dashboard and command line."""

@@ -1,0 +1,1 @@
+"""cornus-server: sessions, relay, re-check, gateway and deploy backends."""

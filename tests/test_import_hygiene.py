@@ -1,0 +1,33 @@
+"""cornus_core (and the server and caretaker) must stay headless: never pull in textual or rich."""
+
+from __future__ import annotations
+
+import pkgutil
+import subprocess
+import sys
+
+import cornus_core
+import caretaker
+import server
+
+UI_PACKAGES = ("textual", "rich")
+
+
+def _modules(pkg) -> list[str]:
+    names = [pkg.__name__]
+    names += [m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
+    return names
+
+
+def test_headless_packages_never_import_ui() -> None:
+    modules = _modules(cornus_core) + _modules(server) + _modules(caretaker)
+    assert len(modules) > 3
+    probe = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"leaks = sorted(m for m in sys.modules if m.split('.')[0] in {UI_PACKAGES!r})\n"
+        "print(','.join(leaks))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"headless modules imported UI packages: {out.stdout.strip()}"
