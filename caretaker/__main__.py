@@ -1,0 +1,3 @@
+from caretaker.main import main
+
+raise SystemExit(main())

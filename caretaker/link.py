@@ -1,0 +1,79 @@
+"""The caretaker's one connection to the server, redialed with backoff whenever it drops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from cornus_core.wire import DialError, HelloError, Mux, MuxStream, WireError, dial_websocket
+
+log = logging.getLogger(__name__)
+
+BACKOFF_START = 0.2
+BACKOFF_MAX = 10.0
+
+
+class LinkDown(Exception):
+    """No server connection right now (the caretaker keeps redialing)."""
+
+
+class ServerLink:
+    """Keeps a Mux to the server alive. `on_connect(mux)` runs after every (re)connect."""
+
+    def __init__(self, url: str, token: str, *, on_connect: Callable[[Mux], Awaitable[None]] | None = None) -> None:
+        self.url = url
+        self._token = token
+        self._on_connect = on_connect
+        self._mux: Mux | None = None
+        self._up = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.connects = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def wait_up(self, timeout: float | None = None) -> Mux:
+        await asyncio.wait_for(self._up.wait(), timeout)
+        assert self._mux is not None
+        return self._mux
+
+    async def open_stream(self, timeout: float = 5.0) -> MuxStream:
+        """A new stream on the current connection; waits briefly for a redial in progress."""
+        try:
+            mux = await self.wait_up(timeout)
+            return await mux.open_stream()
+        except (TimeoutError, WireError) as exc:
+            raise LinkDown(f"no connection to the server: {exc or 'redialing'}") from None
+
+    async def _run(self) -> None:
+        delay = BACKOFF_START
+        while True:
+            try:
+                mux = await dial_websocket(self.url, token=self._token)
+            except (DialError, HelloError, OSError) as exc:
+                if isinstance(exc, DialError) and exc.status in (401, 403):
+                    log.error("the server refused this caretaker (HTTP %s); retrying", exc.status)
+                log.warning("server connection failed: %s; retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, BACKOFF_MAX)
+                continue
+            delay = BACKOFF_START
+            self._mux = mux
+            self.connects += 1
+            if self._on_connect is not None:
+                await self._on_connect(mux)
+            self._up.set()
+            await mux.wait_closed()
+            self._up.clear()
+            log.warning("server connection lost: %s; redialing", mux.close_reason)
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._mux is not None:
+            await self._mux.aclose(timeout=1)

@@ -1,0 +1,72 @@
+"""The caretaker process: load the role config, connect to the server, run the roles, report READY."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+
+from cornus_core.policy import PolicyError, compile_policy
+
+from .config import CaretakerConfig, ConfigError, load_config
+from .link import ServerLink
+from .roles.egress import EgressRole
+from .telemetry import Telemetry
+
+log = logging.getLogger("caretaker")
+READY_PREFIX = "READY "
+LINK_READY_TIMEOUT = 20.0
+
+
+async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
+    telemetry = Telemetry()
+    link = ServerLink(server_url, token, on_connect=telemetry.attach)
+    ready: dict[str, object] = {"deployment": config.deployment}
+    roles: list[EgressRole] = []
+    if config.egress is not None:
+        try:
+            policy = compile_policy(config.egress.policy)
+        except PolicyError as exc:
+            print(f"cornus-caretaker: the egress policy does not compile: {exc}", file=sys.stderr)
+            return 2
+        link.start()
+        try:
+            await link.wait_up(LINK_READY_TIMEOUT)
+        except TimeoutError:
+            print(f"cornus-caretaker: no connection to {server_url} within {LINK_READY_TIMEOUT:.0f} s",
+                  file=sys.stderr)
+            return 1
+        egress = EgressRole(policy, link, telemetry, host=config.egress.listen_host, port=config.egress.listen_port)
+        host, port = await egress.start()
+        roles.append(egress)
+        ready["egress"] = f"{host}:{port}"
+        if config.egress.mode == "proxy":
+            ready["app_env"] = egress.app_env(config.egress.cluster_no_proxy)
+    print(READY_PREFIX + json.dumps(ready), flush=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    for role in roles:
+        await role.aclose()
+    await link.aclose()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="cornus-caretaker", description="The per-pod sidecar of cornus.")
+    parser.add_argument("--config", help="role config file (default: $CORNUS_CARETAKER_CONFIG)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        config, server_url, token = load_config(path=args.config)
+    except ConfigError as exc:
+        print(f"cornus-caretaker: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(run(config, server_url, token))

@@ -1,0 +1,1 @@
+"""The caretaker's roles; each runs on the one shared server connection where it needs one."""

@@ -1,0 +1,181 @@
+"""The caller's side of a deploy-attach session: send the spec, receive events, and be the last hop
+of `client` egress — re-check with our own policy, then dial through our own proxy settings."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cornus_core.events import ConnEnd, Done, Error, Event, EventError, Exit, HopDecision, decode_event
+from cornus_core.netguard import CLIENT_REFUSED, parse_ip, refusal
+from cornus_core.policy import Policy, PolicyError, Route, compile_policy
+from cornus_core.proxy.dialer import DialError, dial
+from cornus_core.proxy.settings import ProxySettings
+from cornus_core.spec import DeploySpec, EgressSpec
+from cornus_core.streams import TAG_CALLER_EGRESS, TAG_CONTROL, BadRequest, EgressRequest
+from cornus_core.wire import (
+    Mux,
+    MuxStream,
+    Verdict,
+    VerdictKind,
+    WireError,
+    dial_websocket,
+    read_header,
+    splice,
+    write_header,
+    write_verdict,
+)
+
+log = logging.getLogger(__name__)
+
+DEPLOY_ATTACH = "/.cornus/v1/deploy/attach"
+DIAL_TIMEOUT = 15.0
+
+
+class SessionError(Exception):
+    """The session could not be established or was lost; the message says which and why."""
+
+
+@dataclass
+class Outcome:
+    """How a session ended: the workload's exit code when it exited, and the final reason."""
+
+    exit_code: int | None = None
+    reason: str = ""
+    errors: list[str] | None = None
+
+
+class CallerSession:
+    def __init__(
+        self,
+        server_url: str,
+        token: str,
+        spec: DeploySpec,
+        *,
+        on_event: Callable[[Event], None] = lambda event: None,
+        proxies: ProxySettings | None = None,
+    ) -> None:
+        self.server_url = server_url.rstrip("/")
+        self._token = token
+        self.spec = spec
+        self.on_event = on_event
+        self.proxies = proxies if proxies is not None else ProxySettings.resolve()
+        self.policy: Policy | None
+        try:
+            self.policy = compile_policy(spec.egress or EgressSpec())
+        except PolicyError:
+            self.policy = None  # fail closed: every relayed connection is denied at this hop
+        self._mux: Mux | None = None
+        self._control: MuxStream | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def run(self) -> Outcome:
+        """Deploy, serve the session until it is done, and say how it ended."""
+        url = self.server_url + DEPLOY_ATTACH
+        try:
+            self._mux = await dial_websocket(url, token=self._token)
+        except WireError as exc:
+            raise SessionError(str(exc)) from None
+        acceptor = asyncio.create_task(self._accept_streams(self._mux))
+        outcome = Outcome(errors=[])
+        try:
+            self._control = control = await self._mux.open_stream()
+            await write_header(control, TAG_CONTROL)
+            control.write(self.spec.model_dump_json(exclude_none=True).encode() + b"\n")
+            await control.drain()
+            while line := await control.readline():
+                try:
+                    event = decode_event(line)
+                except EventError as exc:
+                    log.warning("ignoring a bad event from the server: %s", exc)
+                    continue
+                if isinstance(event, Exit):
+                    outcome.exit_code = event.code
+                elif isinstance(event, Error) and outcome.errors is not None:
+                    outcome.errors.append(event.message)
+                elif isinstance(event, Done):
+                    outcome.reason = event.reason
+                self.on_event(event)
+                if isinstance(event, Done):
+                    return outcome
+            raise SessionError("the server ended the session without saying it was done")
+        except WireError as exc:
+            raise SessionError(f"session lost: {exc}") from None
+        finally:
+            acceptor.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            await self._mux.aclose(timeout=2)
+
+    async def down(self) -> None:
+        """Ask the server to tear the deployment down; run() returns once it is done."""
+        if self._control is not None:
+            with contextlib.suppress(WireError):
+                self._control.write(json.dumps({"action": "down"}).encode() + b"\n")
+                await self._control.drain()
+
+    async def _accept_streams(self, mux: Mux) -> None:
+        with contextlib.suppress(WireError):
+            while True:
+                stream = await mux.accept_stream()
+                task = asyncio.create_task(self._serve_stream(stream))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _serve_stream(self, stream: MuxStream) -> None:
+        try:
+            header = await read_header(stream)
+            if header.tag != TAG_CALLER_EGRESS:
+                stream.reset()
+                return
+            await self._egress(stream, EgressRequest.from_fields(header.fields))
+        except (BadRequest, WireError) as exc:
+            log.info("bad stream from the server: %s", exc)
+            stream.reset()
+
+    async def _egress(self, stream: MuxStream, request: EgressRequest) -> None:
+        started = time.monotonic()
+        verdict, streams = await self._decide_and_dial(request)
+
+        def end(verdict: Verdict, up: int = 0, down: int = 0) -> None:
+            self.on_event(ConnEnd(
+                conn=request.conn, hop="client", outcome=verdict.kind, reason=verdict.reason,
+                bytes_up=up, bytes_down=down, duration_ms=(time.monotonic() - started) * 1000,
+            ))
+
+        await write_verdict(stream, verdict)
+        if streams is None:
+            await stream.aclose()
+            return end(verdict)
+        result = await splice(stream, streams)
+        end(verdict, result.a_to_b, result.b_to_a)
+
+    async def _decide_and_dial(
+        self, request: EgressRequest
+    ) -> tuple[Verdict, tuple[asyncio.StreamReader, asyncio.StreamWriter] | None]:
+        if self.policy is None:
+            route, reason, version = Route.DENY, "caller policy does not compile", ""
+        else:
+            decision = self.policy.route(request.destination, now_ms=request.t_ms or None)
+            route, reason, version = decision.route, decision.reason, decision.version
+        self.on_event(HopDecision(
+            conn=request.conn, hop="client", route=route, reason=reason, version=version,
+            host=request.host, ip=request.ip, port=request.port, t_ms=request.t_ms,
+        ))
+        if route is not Route.CLIENT:
+            return Verdict(VerdictKind.DENY, f"caller policy: {reason} routes it {route}"), None
+        ip = parse_ip(request.host) or parse_ip(request.ip)
+        if ip is not None and not reason.startswith("rule ") and (why := refusal(ip, CLIENT_REFUSED)):
+            return Verdict(VerdictKind.DENY, f"caller does not dial {why} unless a rule names it"), None
+        try:
+            streams = await dial(request.host, request.port, self.proxies, timeout=DIAL_TIMEOUT)
+        except DialError as exc:
+            kind = VerdictKind.TIMEOUT if exc.kind == "timeout" else VerdictKind.REFUSED
+            return Verdict(kind, exc.reason), None
+        return Verdict(VerdictKind.OK), streams

@@ -1,0 +1,113 @@
+"""cornus-server's WebSocket front: endpoints, authentication, and handing connections to sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from http import HTTPStatus
+
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+from cornus_core.wire import HelloError, WireError, accept_websocket, websocket_options
+
+from .auth import Authenticator, AuthError, Scope
+from .backends.base import Backend
+from .gateway import Gateway
+from .session import Registry
+
+log = logging.getLogger(__name__)
+
+DEPLOY_ATTACH = "/.cornus/v1/deploy/attach"
+CARETAKER_ATTACH = "/.cornus/v1/caretaker/attach"
+HEALTHZ = "/healthz"
+
+
+def _text(status: HTTPStatus, body: str, **headers: str) -> Response:
+    return Response(status.value, status.phrase, Headers({"Content-Type": "text/plain", **headers}),
+                    (body + "\n").encode())
+
+
+class CornusServer:
+    def __init__(self, *, auth: Authenticator, backend: Backend, gateway: Gateway | None = None,
+                 advertise_url: str | None = None) -> None:
+        self.auth = auth
+        self.backend = backend
+        self.gateway = gateway or Gateway(enabled=False)
+        self._advertise_url = advertise_url
+        self._server: Server | None = None
+        self.registry: Registry | None = None
+
+    @property
+    def url(self) -> str:
+        """The ws:// URL this server listens on (after start)."""
+        assert self._server is not None
+        host, port = next(iter(self._server.sockets)).getsockname()[:2]
+        host = f"[{host}]" if ":" in host else host
+        return f"ws://{host}:{port}"
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self._server = await serve(self._handle, host, port, process_request=self._check_request,
+                                   **websocket_options())
+        self.registry = Registry(auth=self.auth, backend=self.backend, gateway=self.gateway,
+                                 caretaker_url=(self._advertise_url or self.url) + CARETAKER_ATTACH)
+        return self.url
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> CornusServer:
+        if self._server is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path == HEALTHZ:
+            return _text(HTTPStatus.OK, "ok")
+        scope = {DEPLOY_ATTACH: Scope.CALLER, CARETAKER_ATTACH: Scope.CARETAKER}.get(path)
+        if scope is None:
+            return _text(HTTPStatus.NOT_FOUND, f"no endpoint {path}")
+        try:
+            principal = self.auth.authorize(request.headers.get("Authorization"), scope)
+        except AuthError as exc:
+            if exc.status == 403:
+                return _text(HTTPStatus.FORBIDDEN, str(exc))
+            return _text(HTTPStatus.UNAUTHORIZED, str(exc), **{"WWW-Authenticate": 'Bearer realm="cornus"'})
+        if scope is Scope.CARETAKER:
+            assert self.registry is not None
+            if principal.deployment not in self.registry.deployments:
+                return _text(HTTPStatus.FORBIDDEN, "this caretaker's deployment is not live on this server")
+        return None
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        assert self.registry is not None and ws.request is not None
+        path = ws.request.path.split("?", 1)[0]
+        try:
+            mux = await accept_websocket(ws)
+        except (HelloError, WireError, OSError) as exc:
+            log.info("connection from %s failed its hello: %s", ws.remote_address, exc)
+            return
+        try:
+            if path == DEPLOY_ATTACH:
+                await self.registry.open(mux).run()
+            else:
+                principal = self.auth.identify(ws.request.headers["Authorization"].split(" ", 1)[1].strip())
+                session = self.registry.deployments.get(principal.deployment or "")
+                if session is not None:
+                    await session.serve_caretaker(mux)
+        finally:
+            await mux.aclose(timeout=2)
+
+
+async def serve_forever(server: CornusServer, host: str, port: int) -> None:
+    url = await server.start(host, port)
+    log.warning("cornus-server listening on %s", url)
+    print(f"cornus-server listening on {url}", flush=True)
+    await asyncio.Future()

@@ -1,0 +1,1 @@
+"""Deploy backends: where a deployment's workload and its caretaker run."""

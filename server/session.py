@@ -1,0 +1,244 @@
+"""One caller's deploy-attach session: the control stream, the deployment's lifecycle, and the
+caretaker connection that belongs to it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from cornus_core.events import Done, Error, Event, Exit, Ready, Status, decode_event, EventError
+from cornus_core.policy import Policy, PolicyError, compile_policy
+from cornus_core.spec import DeploySpec, EgressSpec, detach_check, SpecError
+from cornus_core.streams import TAG_CONTROL, TAG_EGRESS, TAG_TELEMETRY, BadRequest, EgressRequest
+from cornus_core.wire import Mux, MuxStream, WireError, read_header
+
+from .auth import Authenticator, new_id
+from .backends.base import Backend, BackendError, Deployment
+from .gateway import Gateway
+from .relay import relay_egress
+
+log = logging.getLogger(__name__)
+
+MAX_SPEC_LINE = 1024 * 1024
+MAX_EVENT_QUEUE = 10_000
+
+
+class SessionRefused(Exception):
+    """The caller's request cannot be served; the message is sent to the caller as an error event."""
+
+
+class AttachSession:
+    """Lives as long as the caller's connection (or, detached, until `down`)."""
+
+    def __init__(self, mux: Mux, *, registry: Registry) -> None:
+        self.id = new_id()
+        self.mux = mux
+        self.registry = registry
+        self.deployment: Deployment | None = None
+        self.policy: Policy | None = None
+        self.caretaker: Mux | None = None
+        self._events: asyncio.Queue[Event | None] = asyncio.Queue(MAX_EVENT_QUEUE)
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def emit(self, event: Event) -> None:
+        """Queue an event for the caller; telemetry is dropped rather than ever blocking a data path."""
+        with contextlib.suppress(asyncio.QueueFull):
+            self._events.put_nowait(event)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def run(self) -> None:
+        try:
+            control = await asyncio.wait_for(self.mux.accept_stream(), 30)
+            header = await read_header(control)
+        except (TimeoutError, WireError) as exc:
+            log.info("session %s: no control stream: %s", self.id[:8], exc)
+            return
+        if header.tag != TAG_CONTROL:
+            control.reset()
+            return
+        writer = asyncio.create_task(self._write_events(control))
+        try:
+            await self._serve(control)
+        except SessionRefused as exc:
+            self.emit(Error(message=str(exc)))
+            self.emit(Done(reason="refused"))
+        finally:
+            self._events.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer, 5)
+            for task in list(self._tasks):
+                task.cancel()
+            self.registry.forget(self)
+
+    async def _write_events(self, control: MuxStream) -> None:
+        while (event := await self._events.get()) is not None:
+            try:
+                control.write(event.encode())
+                await control.drain()
+            except WireError:
+                return
+        with contextlib.suppress(WireError):
+            await control.aclose()
+
+    async def _serve(self, control: MuxStream) -> None:
+        try:
+            line = await control.readuntil(b"\n", limit=MAX_SPEC_LINE)
+        except WireError as exc:
+            raise SessionRefused(f"expected the deploy spec as one JSON line: {exc}") from None
+        spec = self._validate(line)
+        dep = self._deployment(spec)
+        self.emit(Status(state="deploying", detail=f"backend {self.registry.backend.name}"))
+        self._spawn(self._accept_caller_streams())
+        try:
+            await self.registry.backend.apply(dep)
+        except BackendError as exc:
+            self.emit(Error(message=f"deploy failed: {exc}"))
+            await self._teardown(dep, "deploy failed")
+            return
+        self.emit(Ready(deployment=dep.id, backend=self.registry.backend.name,
+                        policy_version=self.policy.version if self.policy else ""))
+        self.emit(Status(state="running"))
+
+        workload = asyncio.create_task(self.registry.backend.wait(dep))
+        caller = asyncio.create_task(self._read_control(control))
+        done, _ = await asyncio.wait({workload, caller}, return_when=asyncio.FIRST_COMPLETED)
+        if workload in done:
+            self.emit(Exit(code=workload.result()))
+            reason = "workload exited"
+        else:
+            reason = caller.result()
+        caller.cancel()
+        await self._teardown(dep, reason)
+
+    def _validate(self, line: bytes) -> DeploySpec:
+        try:
+            spec = DeploySpec.model_validate(json.loads(line))
+        except ValueError as exc:  # JSON and pydantic errors alike
+            text = str(exc) if not isinstance(exc, ValidationError) else "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+            )
+            raise SessionRefused(f"invalid deploy spec: {text}") from None
+        try:
+            self.policy = compile_policy(spec.egress or EgressSpec())
+            if spec.detach and (why := detach_check(spec)):
+                raise SessionRefused(f"detach refused: {why}")
+        except (PolicyError, SpecError) as exc:
+            raise SessionRefused(f"invalid egress policy: {exc}") from None
+        return spec
+
+    def _deployment(self, spec: DeploySpec) -> Deployment:
+        dep_id = new_id(9)
+        egress = spec.egress or EgressSpec()
+        config: dict[str, Any] = {"deployment": dep_id}
+        if egress.mode in ("proxy", "transparent"):
+            config["egress"] = {
+                "mode": egress.mode,
+                "listen_port": egress.listen_port,
+                "policy": egress.model_dump(include={"default", "rules", "script"}),
+            }
+        dep = Deployment(
+            id=dep_id, spec=spec, server_url=self.registry.caretaker_url,
+            caretaker_token=self.registry.auth.mint_caretaker_token(dep_id),
+            caretaker_config=config, emit=self.emit,
+        )
+        self.deployment = dep
+        self.registry.deployments[dep_id] = self
+        return dep
+
+    async def _read_control(self, control: MuxStream) -> str:
+        """Wait for `{"action": "down"}` or the caller going away; returns why the session ends."""
+        while True:
+            try:
+                line = await control.readline()
+            except WireError:
+                return "caller connection lost"
+            if not line:
+                return "caller closed the session"
+            with contextlib.suppress(ValueError):
+                if json.loads(line).get("action") == "down":
+                    return "caller asked to tear down"
+
+    async def _teardown(self, dep: Deployment, reason: str) -> None:
+        """The workload goes first, then everything that served it."""
+        self.emit(Status(state="stopping", detail=reason))
+        try:
+            await self.registry.backend.delete(dep)
+        except BackendError as exc:
+            self.emit(Error(message=f"delete failed: {exc}", fatal=False))
+        self.emit(Status(state="deleted"))
+        self.registry.deployments.pop(dep.id, None)
+        if self.caretaker is not None:
+            await self.caretaker.aclose(timeout=2)
+        self.emit(Done(reason=reason))
+
+    async def _accept_caller_streams(self) -> None:
+        # Callers open only the control stream; anything else is refused.
+        with contextlib.suppress(WireError):
+            while True:
+                stream = await self.mux.accept_stream()
+                stream.reset()
+
+    # -- the caretaker side -------------------------------------------------------------------
+
+    async def serve_caretaker(self, mux: Mux) -> None:
+        if self.caretaker is not None and not self.caretaker.is_closed:
+            await self.caretaker.aclose(timeout=1)  # a redialing caretaker replaces its old connection
+        self.caretaker = mux
+        try:
+            while True:
+                stream = await mux.accept_stream()
+                self._spawn(self._caretaker_stream(stream))
+        except WireError:
+            return
+
+    async def _caretaker_stream(self, stream: MuxStream) -> None:
+        try:
+            header = await read_header(stream)
+            if header.tag == TAG_EGRESS:
+                request = EgressRequest.from_fields(header.fields)
+                assert self.policy is not None
+                await relay_egress(stream, request, policy=self.policy, caller=self.mux,
+                                   gateway=self.registry.gateway, emit=self.emit)
+            elif header.tag == TAG_TELEMETRY:
+                await self._telemetry(stream)
+            else:
+                stream.reset()
+        except (BadRequest, WireError) as exc:
+            log.info("session %s: bad caretaker stream: %s", self.id[:8], exc)
+            stream.reset()
+
+    async def _telemetry(self, stream: MuxStream) -> None:
+        while line := await stream.readline():
+            with contextlib.suppress(EventError):
+                self.emit(decode_event(line))
+
+
+class Registry:
+    """Every attach session and deployment this server holds, by unguessable id."""
+
+    def __init__(self, *, auth: Authenticator, backend: Backend, gateway: Gateway, caretaker_url: str) -> None:
+        self.auth = auth
+        self.backend = backend
+        self.gateway = gateway
+        self.caretaker_url = caretaker_url
+        self.sessions: dict[str, AttachSession] = {}
+        self.deployments: dict[str, AttachSession] = {}
+
+    def open(self, mux: Mux) -> AttachSession:
+        session = AttachSession(mux, registry=self)
+        self.sessions[session.id] = session
+        return session
+
+    def forget(self, session: AttachSession) -> None:
+        self.sessions.pop(session.id, None)
+        if session.deployment is not None:
+            self.deployments.pop(session.deployment.id, None)

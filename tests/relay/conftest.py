@@ -1,0 +1,3 @@
+from relay_support import deploy, server, target
+
+__all__ = ["deploy", "server", "target"]
