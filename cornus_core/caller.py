@@ -174,7 +174,9 @@ class CallerSession:
         if ip is not None and not reason.startswith("rule ") and (why := refusal(ip, CLIENT_REFUSED)):
             return Verdict(VerdictKind.DENY, f"caller does not dial {why} unless a rule names it"), None
         try:
-            streams = await dial(request.host, request.port, self.proxies, timeout=DIAL_TIMEOUT)
+            scheme = request.url.partition("://")[0] if request.url else None
+            streams = await dial(request.host, request.port, self.proxies, timeout=DIAL_TIMEOUT,
+                                 scheme=scheme if scheme in ("http", "https") else None)
         except DialError as exc:
             kind = VerdictKind.TIMEOUT if exc.kind == "timeout" else VerdictKind.REFUSED
             return Verdict(kind, exc.reason), None

@@ -1,3 +1,3 @@
-from relay_support import deploy, server, target
+from relay_support import deploy, live, server, target
 
-__all__ = ["deploy", "server", "target"]
+__all__ = ["deploy", "live", "server", "target"]

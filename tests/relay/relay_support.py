@@ -106,3 +106,47 @@ def curl(url: str, *extra: str) -> str:
     """A shell command: curl through the caretaker's HTTP proxy, printing the body and the status."""
     args = " ".join(extra)
     return f'curl -sS --noproxy "" -x "$HTTP_PROXY" -w "status=%{{http_code}}\\n" {args} {url}'
+
+
+@dataclass
+class Live:
+    """A session running in the background (the workload sleeps until the test ends it)."""
+
+    session: CallerSession
+    task: asyncio.Task[Outcome]
+    events: list[Event]
+    server: CornusServer
+
+    async def deployment(self) -> Any:
+        """The server's record of this session's deployment, once it is live."""
+        assert self.server.registry is not None
+        for _ in range(600):
+            for attach in self.server.registry.deployments.values():
+                if attach.deployment is not None and attach.deployment.spec == self.session.spec:
+                    return attach.deployment
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"deployment never became live: {self.events}")
+
+    async def finish(self) -> Run:
+        await self.session.down()
+        return Run(await asyncio.wait_for(self.task, 30), self.events)
+
+
+@pytest.fixture
+async def live(server: CornusServer) -> AsyncIterator[Callable[..., Any]]:
+    started: list[Live] = []
+
+    async def start(spec: dict[str, Any], *, proxies: ProxySettings | None = None) -> Live:
+        events: list[Event] = []
+        session = CallerSession(server.url, TOKEN, DeploySpec.model_validate(spec), on_event=events.append,
+                                proxies=proxies or ProxySettings())
+        item = Live(session, asyncio.create_task(session.run()), events, server)
+        started.append(item)
+        return item
+
+    yield start
+    for item in started:
+        if not item.task.done():
+            await item.session.down()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(item.task, 30)
