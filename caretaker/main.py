@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
 import sys
 
+from cornus_core.events import PolicyApplied
 from cornus_core.policy import PolicyError, compile_policy
+from cornus_core.spec import EgressSpec
+from cornus_core.streams import TAG_POLICY
+from cornus_core.wire import OK, Mux, Verdict, VerdictKind, WireError, read_header, write_verdict
 
 from .config import CaretakerConfig, ConfigError, load_config
 from .link import ServerLink
@@ -18,13 +23,21 @@ from .telemetry import Telemetry
 log = logging.getLogger("caretaker")
 READY_PREFIX = "READY "
 LINK_READY_TIMEOUT = 20.0
+MAX_POLICY_LINE = 1024 * 1024
 
 
 async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
     telemetry = Telemetry()
-    link = ServerLink(server_url, token, on_connect=telemetry.attach)
-    ready: dict[str, object] = {"deployment": config.deployment}
     roles: list[EgressRole] = []
+    accepting: set[asyncio.Task[None]] = set()
+
+    async def on_connect(mux: Mux) -> None:
+        await telemetry.attach(mux)
+        accepting.clear()  # the previous connection's acceptor ended with it
+        accepting.add(asyncio.create_task(serve_server_streams(mux, roles, telemetry)))
+
+    link = ServerLink(server_url, token, on_connect=on_connect)
+    ready: dict[str, object] = {"deployment": config.deployment}
     if config.egress is not None:
         try:
             policy = compile_policy(config.egress.policy)
@@ -55,6 +68,29 @@ async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
         await role.aclose()
     await link.aclose()
     return 0
+
+
+async def serve_server_streams(mux: Mux, roles: list[EgressRole], telemetry: Telemetry) -> None:
+    """Streams the server opens to us: live policy updates."""
+    with contextlib.suppress(WireError):
+        while True:
+            stream = await mux.accept_stream()
+            try:
+                header = await read_header(stream)
+                if header.tag != TAG_POLICY or not roles:
+                    stream.reset()
+                    continue
+                line = await stream.readuntil(b"\n", limit=MAX_POLICY_LINE)
+                try:
+                    version = roles[0].apply_policy(EgressSpec.model_validate_json(line))
+                except (ValueError, PolicyError) as exc:
+                    await write_verdict(stream, Verdict(VerdictKind.ERROR, str(exc)))
+                else:
+                    telemetry.emit(PolicyApplied(hop="caretaker", version=version))
+                    await write_verdict(stream, OK)
+                await stream.aclose()
+            except WireError:
+                stream.reset()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cornus_core.events import ConnEnd, Done, Error, Event, EventError, Exit, HopDecision, decode_event
+from cornus_core.events import (
+    ConnEnd,
+    Done,
+    Error,
+    Event,
+    EventError,
+    Exit,
+    HopDecision,
+    PolicyApplied,
+    decode_event,
+)
 from cornus_core.netguard import CLIENT_REFUSED, parse_ip, refusal
 from cornus_core.policy import Policy, PolicyError, Route, compile_policy
 from cornus_core.proxy.dialer import DialError, dial
@@ -119,6 +129,29 @@ class CallerSession:
             with contextlib.suppress(WireError):
                 self._control.write(json.dumps({"action": "down"}).encode() + b"\n")
                 await self._control.drain()
+
+    async def apply_policy(self, egress: EgressSpec) -> str:
+        """Apply a new egress policy (default, rules, script) to the live session at all three hops.
+
+        Compiles here first, so a draft that does not compile never leaves this machine; returns the
+        new version. The server and the caretaker report their switch as `policy` events.
+        """
+        if self._control is None:
+            raise SessionError("the session is not running")
+        current = self.spec.egress or EgressSpec()
+        egress = current.model_copy(update={"default": egress.default, "rules": egress.rules,
+                                            "script": egress.script})
+        policy = compile_policy(egress)  # raises PolicyError
+        line = {"action": "policy", "egress": egress.model_dump(include={"default", "rules", "script"})}
+        try:
+            self._control.write(json.dumps(line).encode() + b"\n")
+            await self._control.drain()
+        except WireError as exc:
+            raise SessionError(f"session lost: {exc}") from None
+        self.spec = self.spec.model_copy(update={"egress": egress})
+        self.policy = policy
+        self.on_event(PolicyApplied(hop="client", version=policy.version))
+        return policy.version
 
     async def _accept_streams(self, mux: Mux) -> None:
         with contextlib.suppress(WireError):

@@ -127,9 +127,20 @@ class MountStats(Event):
     latency_ms_sum: float = 0.0
 
 
+@dataclass(frozen=True)
+class PolicyApplied(Event):
+    """A hop now decides with this policy version (after a live update from the caller)."""
+
+    type: ClassVar[str] = "policy"
+    hop: str
+    version: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (Log, Status, Ready, Error, Exit, Done, HopDecision, ConnEnd, CredentialRequest, MountStats)
+    for cls in (
+        Log, Status, Ready, Error, Exit, Done, HopDecision, ConnEnd, CredentialRequest, MountStats, PolicyApplied
+    )
 }
 _ADAPTERS: dict[str, TypeAdapter[Event]] = {name: TypeAdapter(cls) for name, cls in EVENT_TYPES.items()}
 

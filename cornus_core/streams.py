@@ -3,6 +3,10 @@
 Caller -> server:      C control (spec as one JSON line, then events back as JSON lines)
 Server -> caller:      e egress, L mount, k credential
 Caretaker -> server:   E egress, M mount, K credential, T telemetry (JSON-line events)
+Server -> caretaker:   P policy (the deployment's egress policy as one JSON line, after a live update)
+
+Control actions from the caller, one JSON object per line: {"action": "down"} and
+{"action": "policy", "egress": {default, rules, script}}.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ TAG_CALLER_MOUNT = "L"
 TAG_CREDENTIAL = "K"
 TAG_CALLER_CREDENTIAL = "k"
 TAG_TELEMETRY = "T"
+TAG_POLICY = "P"
 
 
 class BadRequest(ValueError):

@@ -10,7 +10,17 @@ from collections.abc import Callable
 from cornus_core.events import ConnEnd, Event, HopDecision
 from cornus_core.policy import Policy, Route
 from cornus_core.streams import TAG_CALLER_EGRESS, EgressRequest
-from cornus_core.wire import Mux, MuxStream, Verdict, VerdictKind, WireError, read_verdict, splice, write_header, write_verdict
+from cornus_core.wire import (
+    Mux,
+    MuxStream,
+    Verdict,
+    VerdictKind,
+    WireError,
+    read_verdict,
+    splice,
+    write_header,
+    write_verdict,
+)
 
 from .gateway import Gateway
 
@@ -65,13 +75,10 @@ async def relay_egress(
 
     if decision.route is Route.GATEWAY:
         refusal, explicit = gateway.check(request.destination, request.t_ms)
-        if refusal is None:
-            dialed = await gateway.dial(request.destination, allow_internal=explicit)
-            if isinstance(dialed, Verdict):
-                refusal = dialed
-        if refusal is not None:
-            await _refuse(stream, refusal)
-            return end(refusal)
+        dialed = refusal or await gateway.dial(request.destination, allow_internal=explicit)
+        if isinstance(dialed, Verdict):
+            await _refuse(stream, dialed)
+            return end(dialed)
         ok = Verdict(VerdictKind.OK)
         await write_verdict(stream, ok)
         result = await splice(stream, dialed)

@@ -11,11 +11,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cornus_core.events import Done, Error, Event, Exit, Ready, Status, decode_event, EventError
+from cornus_core.events import (
+    Done,
+    Error,
+    Event,
+    EventError,
+    Exit,
+    PolicyApplied,
+    Ready,
+    Status,
+    decode_event,
+)
 from cornus_core.policy import Policy, PolicyError, compile_policy
-from cornus_core.spec import DeploySpec, EgressSpec, detach_check, SpecError
-from cornus_core.streams import TAG_CONTROL, TAG_EGRESS, TAG_TELEMETRY, BadRequest, EgressRequest
-from cornus_core.wire import Mux, MuxStream, WireError, read_header
+from cornus_core.spec import DeploySpec, EgressSpec, SpecError, detach_check
+from cornus_core.streams import TAG_CONTROL, TAG_EGRESS, TAG_POLICY, TAG_TELEMETRY, BadRequest, EgressRequest
+from cornus_core.wire import Mux, MuxStream, WireError, read_header, read_verdict, write_header
 
 from .auth import Authenticator, new_id
 from .backends.base import Backend, BackendError, Deployment
@@ -41,6 +51,7 @@ class AttachSession:
         self.registry = registry
         self.deployment: Deployment | None = None
         self.policy: Policy | None = None
+        self.deployed_version = ""  # the version in the caretaker's config
         self.caretaker: Mux | None = None
         self._events: asyncio.Queue[Event | None] = asyncio.Queue(MAX_EVENT_QUEUE)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -129,6 +140,7 @@ class AttachSession:
             raise SessionRefused(f"invalid deploy spec: {text}") from None
         try:
             self.policy = compile_policy(spec.egress or EgressSpec())
+            self.deployed_version = self.policy.version
             if spec.detach and (why := detach_check(spec)):
                 raise SessionRefused(f"detach refused: {why}")
         except (PolicyError, SpecError) as exc:
@@ -163,9 +175,52 @@ class AttachSession:
                 return "caller connection lost"
             if not line:
                 return "caller closed the session"
-            with contextlib.suppress(ValueError):
-                if json.loads(line).get("action") == "down":
-                    return "caller asked to tear down"
+            try:
+                message = json.loads(line)
+                action = message.get("action")
+            except (ValueError, AttributeError):
+                self.emit(Error(message=f"ignored a control line that is not a JSON object: {line[:80]!r}",
+                                fatal=False))
+                continue
+            if action == "down":
+                return "caller asked to tear down"
+            if action == "policy":
+                await self._update_policy(message.get("egress"))
+            else:
+                self.emit(Error(message=f"ignored unknown control action {action!r}", fatal=False))
+
+    async def _update_policy(self, raw: Any) -> None:
+        """A live policy update: compile, switch this hop, then push it to the caretaker."""
+        assert self.deployment is not None
+        current = self.deployment.spec.egress or EgressSpec()
+        try:
+            update = EgressSpec.model_validate(raw)
+            egress = current.model_copy(update={"default": update.default, "rules": update.rules,
+                                                "script": update.script})
+            policy = compile_policy(egress)
+        except (ValueError, PolicyError) as exc:
+            self.emit(Error(message=f"policy update refused: {exc}", fatal=False))
+            return
+        self.deployment.spec = self.deployment.spec.model_copy(update={"egress": egress})
+        self.policy = policy
+        self.emit(PolicyApplied(hop="server", version=policy.version))
+        if self.caretaker is not None and not self.caretaker.is_closed:
+            await self._push_policy(self.caretaker)
+
+    async def _push_policy(self, mux: Mux) -> None:
+        assert self.deployment is not None
+        egress = self.deployment.spec.egress or EgressSpec()
+        try:
+            stream = await mux.open_stream()
+            await write_header(stream, TAG_POLICY)
+            stream.write(egress.model_dump_json(include={"default", "rules", "script"}).encode() + b"\n")
+            verdict = await asyncio.wait_for(read_verdict(stream), 10)
+            await stream.aclose()
+        except (TimeoutError, WireError) as exc:
+            self.emit(Error(message=f"could not update the caretaker's policy: {exc}", fatal=False))
+            return
+        if not verdict.ok:
+            self.emit(Error(message=f"the caretaker refused the policy update: {verdict.reason}", fatal=False))
 
     async def _teardown(self, dep: Deployment, reason: str) -> None:
         """The workload goes first, then everything that served it."""
@@ -193,6 +248,8 @@ class AttachSession:
         if self.caretaker is not None and not self.caretaker.is_closed:
             await self.caretaker.aclose(timeout=1)  # a redialing caretaker replaces its old connection
         self.caretaker = mux
+        if self.policy is not None and self.policy.version != self.deployed_version:
+            self._spawn(self._push_policy(mux))  # a redialed caretaker catches up with live updates
         try:
             while True:
                 stream = await mux.accept_stream()

@@ -9,16 +9,17 @@ import os
 import time
 
 from cornus_core.events import ConnEnd, HopDecision
-from cornus_core.policy import Destination, Policy, Route
+from cornus_core.policy import Destination, Policy, Route, compile_policy
 from cornus_core.proxy.listener import (
+    Connected,
     ConnectionRequest,
     ConnectionStats,
-    Connected,
     ConnectResult,
     Refused,
     start_listener,
 )
 from cornus_core.proxy.settings import app_proxy_env
+from cornus_core.spec import EgressSpec
 from cornus_core.streams import TAG_EGRESS, EgressRequest
 from cornus_core.wire import WireError, read_verdict, write_header
 
@@ -50,6 +51,11 @@ class EgressRole:
     def app_env(self, cluster_names: list[str]) -> dict[str, str]:
         assert self._server is not None
         return app_proxy_env(self._server.sockets[0].getsockname()[1], cluster_names)
+
+    def apply_policy(self, egress: EgressSpec) -> str:
+        """Switch to a new policy (a live update); connections already routed keep their decision."""
+        self.policy = compile_policy(egress)
+        return self.policy.version
 
     async def handle(self, request: ConnectionRequest) -> ConnectResult:
         conn = f"{self._prefix}-{next(self._ids)}"

@@ -7,11 +7,12 @@ import contextlib
 import json
 from pathlib import Path
 
+from relay_support import Target, curl
+
 from cornus_core.events import Log
 from cornus_core.policy import compile_policy
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import EgressSpec
-from relay_support import Target, curl
 from server.gateway import Gateway
 
 
@@ -136,3 +137,30 @@ async def test_caretaker_redials_after_losing_the_server(live, target: Target, t
     assert attach.caretaker is not first
     assert target.requests == 2
     json.dumps([e.to_dict() for e in session.events])  # every event stays serialisable
+
+
+async def test_live_policy_update_reaches_all_three_hops(live, target: Target, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    url = f"http://127.0.0.1:{target.port}/"
+    command = f"{curl(url)}; echo first-done; while [ ! -e {go} ]; do sleep 0.05; done; {curl(url)}"
+    rule = {"pattern": f"127.0.0.1:{target.port}", "route": "client"}
+    session = await live(_spec(command, [rule]))
+    for _ in range(600):
+        if "first-done" in [e.line for e in session.events if isinstance(e, Log)]:
+            break
+        await asyncio.sleep(0.05)
+    version = await session.session.apply_policy(EgressSpec.model_validate(
+        {"rules": [{"pattern": f"127.0.0.1:{target.port}", "route": "deny"}]}))
+    for _ in range(200):
+        applied = {e.hop: e.version for e in session.events if e.type == "policy"}
+        if len(applied) == 3:
+            break
+        await asyncio.sleep(0.05)
+    assert applied == {"client": version, "server": version, "caretaker": version}
+    go.write_text("")
+    await asyncio.wait_for(session.task, 60)
+    lines = [e.line for e in session.events if isinstance(e, Log) and e.source == "app"]
+    assert "hello from target" in lines and "status=403" in lines
+    assert target.requests == 1
+    last = [e for e in session.events if e.type == "hop"][-1]
+    assert (last.hop, last.route, last.version) == ("caretaker", "deny", version)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from relay_support import TOKEN, Target
 
 from cornus_core.events import decode_event
 from cornus_core.streams import TAG_CONTROL, TAG_EGRESS, EgressRequest
 from cornus_core.wire import DialError, VerdictKind, dial_websocket, read_verdict, write_header
-from relay_support import TOKEN, Target
 from server.app import CARETAKER_ATTACH, DEPLOY_ATTACH
 
 SLEEPER = {"command": ["sleep", "60"], "egress": {"mode": "proxy", "rules": []}}

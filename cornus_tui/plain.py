@@ -1,0 +1,90 @@
+"""`cornus-tui --plain`: the session for scripts, one line per event (or JSON lines with --json)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from typing import TextIO
+
+from cornus_core.caller import CallerSession, SessionError
+from cornus_core.events import ConnEnd, Done, Error, Event, Exit, HopDecision, Log, Ready, Status
+from cornus_core.proxy.settings import ProxySettings
+from cornus_core.spec import DeploySpec
+
+from .runner import EXIT_DEPLOY_FAILED, EXIT_INTERRUPTED, EXIT_SESSION_LOST, prepare_spec, session_target
+
+
+def format_event(event: Event) -> str:
+    """One human line per event; stable enough for grep."""
+    stamp = time.strftime("%H:%M:%S")
+    match event:
+        case Log(source=source, line=line, stream=stream):
+            return f"{stamp} {source}{'!' if stream == 'stderr' else ':'} {line}"
+        case HopDecision(conn=conn, hop=hop, route=route, reason=reason, host=host, ip=ip, port=port):
+            dest = f"{host or ip}:{port}" + (f" ({ip})" if host and ip and host != ip else "")
+            return f"{stamp} conn {conn} {hop:<9} {route:<7} {dest}  [{reason}]"
+        case ConnEnd(conn=conn, hop=hop, outcome=outcome, reason=reason, bytes_up=up, bytes_down=down,
+                     duration_ms=ms):
+            tail = f"  [{reason}]" if reason else ""
+            return f"{stamp} conn {conn} {hop:<9} {outcome:<7} up={up} down={down} {ms:.0f}ms{tail}"
+        case Ready(deployment=dep, backend=backend, policy_version=version):
+            return f"{stamp} ready deployment={dep} backend={backend} policy={version}"
+        case Status(state=state, detail=detail):
+            return f"{stamp} status {state}" + (f" ({detail})" if detail else "")
+        case Error(message=message):
+            return f"{stamp} error {message}"
+        case Exit(code=code):
+            return f"{stamp} exit {code}"
+        case Done(reason=reason):
+            return f"{stamp} done {reason}"
+    return f"{stamp} {event.type} {json.dumps(event.to_dict())}"
+
+
+async def run_plain(spec: DeploySpec, *, server_url: str | None, as_json: bool = False,
+                    out: TextIO = sys.stdout) -> int:
+    """Run the session until the workload exits or Ctrl-C (then tear down); return the exit code."""
+
+    def show(event: Event) -> None:
+        out.write((json.dumps(event.to_dict()) if as_json else format_event(event)) + "\n")
+        out.flush()
+
+    proxies = ProxySettings.resolve()
+    interrupted = False
+    pending: set[asyncio.Future[None]] = set()
+    async with session_target(server_url) as target:
+        session = CallerSession(target.url, target.token, prepare_spec(spec, proxies), on_event=show,
+                                proxies=proxies)
+        loop = asyncio.get_running_loop()
+
+        def interrupt() -> None:
+            nonlocal interrupted
+            interrupted = True
+            print("cornus-tui: tearing down (Ctrl-C again to stop waiting)", file=sys.stderr)
+            pending.add(asyncio.ensure_future(session.down()))
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, interrupt)
+        try:
+            outcome = await session.run()
+        except SessionError as exc:
+            print(f"cornus-tui: {exc}", file=sys.stderr)
+            return EXIT_SESSION_LOST
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(sig)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    if outcome.exit_code is not None:
+        if outcome.exit_code != 0:
+            print(f"cornus-tui: the workload exited with status {outcome.exit_code}", file=sys.stderr)
+        return min(max(outcome.exit_code, 0), 125) if outcome.exit_code >= 0 else 125
+    for message in outcome.errors or []:
+        print(f"cornus-tui: {message}", file=sys.stderr)
+    return EXIT_DEPLOY_FAILED

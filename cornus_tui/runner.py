@@ -1,0 +1,58 @@
+"""Run one deploy-attach session for the command line: against a given server, or an embedded one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from cornus_core.proxy.settings import ProxySettings, merge_env_proxies
+from cornus_core.spec import DeploySpec
+
+EXIT_OK = 0
+EXIT_DEPLOY_FAILED = 3
+EXIT_SESSION_LOST = 4
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    token: str
+    embedded: bool
+
+
+@contextlib.asynccontextmanager
+async def session_target(server_url: str | None, token: str | None = None) -> AsyncIterator[Target]:
+    """The server to attach to: `server_url` with the caller token, or an embedded server on loopback."""
+    if server_url:
+        token = token or os.environ.get("CORNUS_AUTH_TOKEN", "")
+        yield Target(server_url, token, embedded=False)
+        return
+    from server.app import CornusServer
+    from server.auth import Authenticator, new_secret
+    from server.backends.process import ProcessBackend
+    from server.gateway import Gateway
+
+    token = secrets.token_urlsafe(24)
+    server = CornusServer(auth=Authenticator(token, new_secret()), backend=ProcessBackend(),
+                          gateway=Gateway.from_env())
+    url = await server.start("127.0.0.1", 0)
+    try:
+        yield Target(url, token, embedded=True)
+    finally:
+        await server.close()
+
+
+def prepare_spec(spec: DeploySpec, proxies: ProxySettings) -> DeploySpec:
+    """Env mode: copy the caller's resolved proxy settings into the workload's env (the user's keys win);
+    explicit `egress.proxies` replace the resolved ones."""
+    egress = spec.egress
+    if egress is not None and egress.mode != "env":
+        return spec
+    resolved = dict(egress.proxies) if egress is not None and egress.proxies else proxies.to_env()
+    if not resolved:
+        return spec
+    return spec.model_copy(update={"env": merge_env_proxies(spec.env, resolved)})
