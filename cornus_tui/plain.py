@@ -45,12 +45,14 @@ def format_event(event: Event) -> str:
 
 
 async def run_plain(spec: DeploySpec, *, server_url: str | None, as_json: bool = False,
-                    out: TextIO = sys.stdout) -> int:
+                    out: TextIO | None = None) -> int:
     """Run the session until the workload exits or Ctrl-C (then tear down); return the exit code."""
 
+    stream = out or sys.stdout
+
     def show(event: Event) -> None:
-        out.write((json.dumps(event.to_dict()) if as_json else format_event(event)) + "\n")
-        out.flush()
+        stream.write((json.dumps(event.to_dict()) if as_json else format_event(event)) + "\n")
+        stream.flush()
 
     proxies = ProxySettings.resolve()
     interrupted = False

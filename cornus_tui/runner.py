@@ -29,7 +29,9 @@ async def session_target(server_url: str | None, token: str | None = None) -> As
     """The server to attach to: `server_url` with the caller token, or an embedded server on loopback."""
     if server_url:
         token = token or os.environ.get("CORNUS_AUTH_TOKEN", "")
-        yield Target(server_url, token, embedded=False)
+        scheme, sep, rest = server_url.partition("://")
+        url = {"http": "ws", "https": "wss"}.get(scheme, scheme) + sep + rest
+        yield Target(url, token, embedded=False)
         return
     from server.app import CornusServer
     from server.auth import Authenticator, new_secret

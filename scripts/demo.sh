@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The main job on the embedded default. Prepares everything it needs on first run.
-# Until the live session lands this shows the route preview: how the example policy routes a set of
-# destinations, exactly as all three hops (caretaker, server, caller) will decide them.
+# The main job on the embedded default: deploy examples/demo.yaml with an embedded server, run the
+# demo workload beside its caretaker, and show every connection's decision at all three hops
+# (caretaker -> server -> caller). Prepares everything it needs on first run.
+# With arguments, runs `cornus-tui ARGS...` instead (e.g. `./scripts/demo.sh route ...`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
@@ -9,13 +10,17 @@ export PATH="$PWD/.venv/bin:$PATH"
 if [ $# -gt 0 ]; then
   exec cornus-tui "$@"
 fi
-echo "== route preview of examples/policy.yaml" >&2
-cornus-tui route -f examples/policy.yaml \
-  git.corp.example:443 wiki.corp.example:443 api.github.com:443 pypi.org:443 \
-  10.20.30.40:5432 db.internal:5432 'metrics.svc.cluster.local:9090' '[2001:db8::7]:443' \
-  'intranet:80@192.168.10.5' tracker.ads.example:443
-echo "== the same destinations under examples/corp.pac" >&2
-cornus-tui route --egress-pac examples/corp.pac \
-  git.corp.example:443 wiki.corp.example:443 api.github.com:443 pypi.org:443 \
-  10.20.30.40:5432 db.internal:5432 'metrics.svc.cluster.local:9090' '[2001:db8::7]:443' \
-  'intranet:80@192.168.10.5' tracker.ads.example:443
+
+# "The developer's service": a small web server on this machine that only the caller reaches.
+service_dir=$(mktemp -d)
+echo "hello from the developer's machine" > "$service_dir/index.html"
+python3 -m http.server 18080 --bind 127.0.0.1 --directory "$service_dir" >/dev/null 2>&1 &
+service=$!
+trap 'kill $service 2>/dev/null; rm -rf "$service_dir"' EXIT
+for _ in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:18080/ && break; sleep 0.1; done
+
+echo "== route preview of examples/demo.yaml" >&2
+cornus-tui route -f examples/demo.yaml 127.0.0.1:18080 tracker.ads.example:80 pypi.org:80 \
+  metrics.svc.cluster.local:9090
+echo "== live session on the embedded server (--plain)" >&2
+cornus-tui -f examples/demo.yaml --plain

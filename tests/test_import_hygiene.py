@@ -6,8 +6,8 @@ import pkgutil
 import subprocess
 import sys
 
-import cornus_core
 import caretaker
+import cornus_core
 import server
 
 UI_PACKAGES = ("textual", "rich")
