@@ -21,7 +21,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 CLK = os.sysconf("SC_CLK_TCK")
@@ -108,7 +107,7 @@ async def rtt(port: int, proxy: int | None, count: int) -> list[float]:
     return samples
 
 
-async def conn_rate(port: int, proxy: int | None, seconds: float, concurrency: int = 16) -> float:
+async def conn_rate(port: int, proxy: int | None, seconds: float, concurrency: int = int(os.environ.get("BENCH_CONC", "16"))) -> float:
     done = 0
     deadline = time.perf_counter() + seconds
 
@@ -159,19 +158,24 @@ async def main() -> None:
         "spec = DeploySpec.model_validate(json.loads(sys.argv[1]))\n"
         "sys.exit(asyncio.run(run_plain(spec, server_url=sys.argv[2], as_json=True)))\n"
     )
-    caller = subprocess.Popen([sys.executable, "-c", caller_code, json.dumps(spec), f"ws://127.0.0.1:{server_port}"],
-                              env={**env, "NO_PROXY": "", "no_proxy": ""}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert caller.stdout is not None
+    events_path = f"{data_dir}.events"
+    with open(events_path, "w") as events_out:  # a file, never a pipe the bench must keep draining
+        caller = subprocess.Popen(
+            [sys.executable, "-c", caller_code, json.dumps(spec), f"ws://127.0.0.1:{server_port}"],
+            env={**env, "NO_PROXY": "", "no_proxy": ""}, stdout=events_out, stderr=subprocess.DEVNULL,
+        )
     proxy_port = None
-    while proxy_port is None:
-        line = caller.stdout.readline()
-        if not line:
-            raise SystemExit("the session ended before the workload started")
-        event = json.loads(line)
-        if event.get("type") == "log" and event.get("line", "").startswith("proxy="):
-            proxy_port = int(event["line"].rsplit(":", 1)[1])
-    # Keep reading the caller's events, or a full pipe would stall its event loop.
-    threading.Thread(target=lambda: [None for _ in caller.stdout], daemon=True).start()  # type: ignore[union-attr]
+    with open(events_path) as events_in:
+        while proxy_port is None:
+            line = events_in.readline()
+            if not line:
+                if caller.poll() is not None:
+                    raise SystemExit("the session ended before the workload started")
+                time.sleep(0.05)
+                continue
+            event = json.loads(line)
+            if event.get("type") == "log" and event.get("line", "").startswith("proxy="):
+                proxy_port = int(event["line"].rsplit(":", 1)[1])
     caretaker = children(server.pid)[0]
     procs = {"server": server.pid, "caretaker": caretaker, "caller": caller.pid, "bench": os.getpid()}
 
@@ -195,6 +199,7 @@ async def main() -> None:
         caller.wait(30)
         server.terminate()
         server.wait(10)
+        os.unlink(events_path)
         source.close()
         echo.close()
 
