@@ -25,7 +25,6 @@ class EgressRoleConfig(_Strict):
     listen_host: str = "127.0.0.1"
     listen_port: int = Field(15002, ge=0, le=65535)
     policy: EgressSpec = EgressSpec()  # the deployment's egress policy (mode and ports ignored here)
-    cluster_no_proxy: list[str] = Field(default_factory=list)  # cluster-routed names for NO_PROXY
 
 
 class CaretakerConfig(_Strict):

@@ -56,7 +56,7 @@ async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
         roles.append(egress)
         ready["egress"] = f"{host}:{port}"
         if config.egress.mode == "proxy":
-            ready["app_env"] = egress.app_env(config.egress.cluster_no_proxy)
+            ready["app_env"] = egress.app_env(config.egress.policy)
     print(READY_PREFIX + json.dumps(ready), flush=True)
 
     stop = asyncio.Event()

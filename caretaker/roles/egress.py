@@ -18,7 +18,7 @@ from cornus_core.proxy.listener import (
     Refused,
     start_listener,
 )
-from cornus_core.proxy.settings import app_proxy_env
+from cornus_core.proxy.settings import app_proxy_env, cluster_no_proxy
 from cornus_core.spec import EgressSpec
 from cornus_core.streams import TAG_EGRESS, EgressRequest
 from cornus_core.wire import WireError, read_verdict, write_header
@@ -48,9 +48,11 @@ class EgressRole:
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
 
-    def app_env(self, cluster_names: list[str]) -> dict[str, str]:
+    def app_env(self, egress: EgressSpec) -> dict[str, str]:
+        """The workload's proxy variables; destinations surely routed cluster go in NO_PROXY."""
         assert self._server is not None
-        return app_proxy_env(self._server.sockets[0].getsockname()[1], cluster_names)
+        port = self._server.sockets[0].getsockname()[1]
+        return app_proxy_env(port, cluster_no_proxy(egress.rules, egress.script))
 
     def apply_policy(self, egress: EgressSpec) -> str:
         """Switch to a new policy (a live update); connections already routed keep their decision."""

@@ -10,17 +10,21 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import quote
 
+from cornus_core.policy.patterns import parse_pattern
 from cornus_core.proxy._address import authority
 from cornus_core.proxy.noproxy import NoProxy
 
 VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 LOOPBACK_NO_PROXY = ("localhost", "127.0.0.1", "::1")
+_GLOB_META = re.compile(r"[*?\[\]]")
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,40 @@ def _gvariant(text: str) -> object:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return None
+
+
+class _RuleLike(Protocol):
+    pattern: str
+    route: str
+
+
+def cluster_no_proxy(rules: Sequence[_RuleLike], script: str | None) -> list[str]:
+    """NO_PROXY entries for destinations the policy surely routes ``cluster``, so proxy-aware apps
+    reach them without a detour through the caretaker.
+
+    Only the leading run of ``cluster`` rules counts (a later rule may be shadowed by an earlier
+    one of another route), only port-less patterns that NO_PROXY can say exactly: names, ``*.suffix``
+    (as ``.suffix``), IPs and CIDRs. A PAC script decides at run time: nothing is listed.
+    """
+    if script:
+        return []
+    entries: list[str] = []
+    for rule in rules:
+        if rule.route != "cluster":
+            break
+        pattern = parse_pattern(rule.pattern)
+        if pattern.port is not None:
+            continue
+        if pattern.kind == "net" and pattern.network is not None:
+            net = pattern.network
+            entries.append(str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net))
+        elif pattern.kind == "glob" and pattern.glob is not None:
+            glob = pattern.glob
+            if glob.startswith("*.") and not _GLOB_META.search(glob[2:]):
+                entries.append(glob[1:])
+            elif not _GLOB_META.search(glob):
+                entries.append(glob)
+    return entries
 
 
 def app_proxy_env(port: int, no_proxy_extra: Iterable[str] = ()) -> dict[str, str]:
