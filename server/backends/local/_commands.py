@@ -28,7 +28,9 @@ async def run(argv: Sequence[str], *, input: str | None = None, what: str) -> st
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        raise PodError(f"{what}: {' '.join(argv[:3])} did not finish within {COMMAND_TIMEOUT:.0f} s") from None
+        raise PodError(
+            f"{what}: {' '.join(argv[:3])} did not finish within {COMMAND_TIMEOUT:.0f} s"
+        ) from None
     if proc.returncode != 0:
         reason = err.decode(errors="replace").strip() or f"exit status {proc.returncode}"
         raise PodError(f"{what}: {reason}")

@@ -34,7 +34,9 @@ class PodAddresses:
 
 
 class AddressPlan:
-    def __init__(self, ipv4_range: str = DEFAULT_IPV4_RANGE, ipv6_range: str | None = DEFAULT_IPV6_RANGE) -> None:
+    def __init__(
+        self, ipv4_range: str = DEFAULT_IPV4_RANGE, ipv6_range: str | None = DEFAULT_IPV6_RANGE
+    ) -> None:
         self.ipv4 = _network(ipv4_range, 4, 30, "IPv4 pod range")
         self.ipv6 = _network(ipv6_range, 6, 126, "IPv6 pod range") if ipv6_range else None
         self.blocks = self.ipv4.num_addresses // 4
@@ -71,7 +73,9 @@ class AddressPlan:
         return []
 
 
-def _network(text: str, version: int, smallest: int, what: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+def _network(
+    text: str, version: int, smallest: int, what: str
+) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     try:
         net = ipaddress.ip_network(text, strict=True)
     except ValueError as exc:

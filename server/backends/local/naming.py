@@ -29,7 +29,9 @@ def new_instance() -> str:
 
 def check_prefix(prefix: str) -> str:
     if not _PREFIX.fullmatch(prefix):
-        raise NamingError(f"pod name prefix {prefix!r} must be 1-4 lowercase letters or digits, starting with a letter")
+        raise NamingError(
+            f"pod name prefix {prefix!r} must be 1-4 lowercase letters or digits, starting with a letter"
+        )
     return prefix
 
 
