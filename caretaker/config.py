@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from cornus_core.spec import EgressSpec
+from cornus_core.spec import CredentialSource, EgressSpec
 
 
 class _Strict(BaseModel):
@@ -30,6 +30,7 @@ class EgressRoleConfig(_Strict):
 class CaretakerConfig(_Strict):
     deployment: str = ""  # for logs only
     egress: EgressRoleConfig | None = None
+    credentials: list[CredentialSource] = Field(default_factory=list)  # names and deliveries, no config
 
 
 class ConfigError(Exception):
@@ -52,6 +53,6 @@ def load_config(env: dict[str, str] | None = None, path: str | None = None) -> t
             token = Path(env["CORNUS_CARETAKER_TOKEN_FILE"]).read_text().strip()
         except OSError as exc:
             raise ConfigError(f"cannot read CORNUS_CARETAKER_TOKEN_FILE: {exc.strerror}") from None
-    if config.egress is not None and (not server_url or not token):
-        raise ConfigError("the egress role needs CORNUS_SERVER_URL and a caretaker token")
+    if (config.egress is not None or config.credentials) and (not server_url or not token):
+        raise ConfigError("the egress and credential roles need CORNUS_SERVER_URL and a caretaker token")
     return config, server_url, token

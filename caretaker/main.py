@@ -8,7 +8,9 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Callable
 
+from cornus_core.credentials import CredentialError
 from cornus_core.events import PolicyApplied
 from cornus_core.policy import PolicyError, compile_policy
 from cornus_core.spec import EgressSpec
@@ -17,6 +19,7 @@ from cornus_core.wire import OK, Mux, Verdict, VerdictKind, WireError, read_head
 
 from .config import CaretakerConfig, ConfigError, load_config
 from .link import ServerLink
+from .roles.credential import CredentialRole
 from .roles.egress import EgressRole
 from .telemetry import Telemetry
 
@@ -28,22 +31,19 @@ MAX_POLICY_LINE = 1024 * 1024
 
 async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
     telemetry = Telemetry()
-    roles: list[EgressRole] = []
+    roles: list[EgressRole | CredentialRole] = []
+    egress: EgressRole | None = None
     accepting: set[asyncio.Task[None]] = set()
 
     async def on_connect(mux: Mux) -> None:
         await telemetry.attach(mux)
         accepting.clear()  # the previous connection's acceptor ended with it
-        accepting.add(asyncio.create_task(serve_server_streams(mux, roles, telemetry)))
+        accepting.add(asyncio.create_task(serve_server_streams(mux, lambda: egress, telemetry)))
 
     link = ServerLink(server_url, token, on_connect=on_connect)
     ready: dict[str, object] = {"deployment": config.deployment}
-    if config.egress is not None:
-        try:
-            policy = compile_policy(config.egress.policy)
-        except PolicyError as exc:
-            print(f"cornus-caretaker: the egress policy does not compile: {exc}", file=sys.stderr)
-            return 2
+    app_env: dict[str, str] = {}
+    if config.egress is not None or config.credentials:
         link.start()
         try:
             await link.wait_up(LINK_READY_TIMEOUT)
@@ -51,12 +51,27 @@ async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
             print(f"cornus-caretaker: no connection to {server_url} within {LINK_READY_TIMEOUT:.0f} s",
                   file=sys.stderr)
             return 1
+    if config.egress is not None:
+        try:
+            policy = compile_policy(config.egress.policy)
+        except PolicyError as exc:
+            print(f"cornus-caretaker: the egress policy does not compile: {exc}", file=sys.stderr)
+            return 2
         egress = EgressRole(policy, link, telemetry, host=config.egress.listen_host, port=config.egress.listen_port)
         host, port = await egress.start()
         roles.append(egress)
         ready["egress"] = f"{host}:{port}"
         if config.egress.mode == "proxy":
-            ready["app_env"] = egress.app_env(config.egress.policy)
+            app_env.update(egress.app_env(config.egress.policy))
+    if config.credentials:
+        credentials = CredentialRole(config.credentials, link, telemetry)
+        roles.append(credentials)
+        try:
+            app_env.update(await credentials.start())
+        except CredentialError as exc:
+            print(f"cornus-caretaker: credentials not ready: {exc}", file=sys.stderr)
+            return 1
+    ready["app_env"] = app_env
     print(READY_PREFIX + json.dumps(ready), flush=True)
 
     stop = asyncio.Event()
@@ -70,19 +85,22 @@ async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
     return 0
 
 
-async def serve_server_streams(mux: Mux, roles: list[EgressRole], telemetry: Telemetry) -> None:
+async def serve_server_streams(
+    mux: Mux, current_egress: Callable[[], EgressRole | None], telemetry: Telemetry
+) -> None:
     """Streams the server opens to us: live policy updates."""
     with contextlib.suppress(WireError):
         while True:
             stream = await mux.accept_stream()
             try:
                 header = await read_header(stream)
-                if header.tag != TAG_POLICY or not roles:
+                egress = current_egress()  # roles start after the first connect
+                if header.tag != TAG_POLICY or egress is None:
                     stream.reset()
                     continue
                 line = await stream.readuntil(b"\n", limit=MAX_POLICY_LINE)
                 try:
-                    version = roles[0].apply_policy(EgressSpec.model_validate_json(line))
+                    version = egress.apply_policy(EgressSpec.model_validate_json(line))
                 except (ValueError, PolicyError) as exc:
                     await write_verdict(stream, Verdict(VerdictKind.ERROR, str(exc)))
                 else:

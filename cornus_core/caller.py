@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cornus_core.credentials import CredentialError, SourceSet, error_json
 from cornus_core.events import (
     ConnEnd,
     Done,
@@ -28,7 +29,13 @@ from cornus_core.policy import Policy, PolicyError, Route, compile_policy
 from cornus_core.proxy.dialer import DialError, dial
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec, EgressSpec
-from cornus_core.streams import TAG_CALLER_EGRESS, TAG_CONTROL, BadRequest, EgressRequest
+from cornus_core.streams import (
+    TAG_CALLER_CREDENTIAL,
+    TAG_CALLER_EGRESS,
+    TAG_CONTROL,
+    BadRequest,
+    EgressRequest,
+)
 from cornus_core.wire import (
     Mux,
     MuxStream,
@@ -46,6 +53,14 @@ log = logging.getLogger(__name__)
 
 DEPLOY_ATTACH = "/.cornus/v1/deploy/attach"
 DIAL_TIMEOUT = 15.0
+
+
+def wire_spec(spec: DeploySpec) -> str:
+    """The spec as the server receives it: credential sources without their config (it may hold secrets)."""
+    data = spec.model_dump(mode="json", exclude_none=True)
+    for source in data.get("credentials", {}).get("sources", []):
+        source.pop("config", None)
+    return json.dumps(data)
 
 
 class SessionError(Exception):
@@ -81,6 +96,7 @@ class CallerSession:
             self.policy = compile_policy(spec.egress or EgressSpec())
         except PolicyError:
             self.policy = None  # fail closed: every relayed connection is denied at this hop
+        self.sources = SourceSet([])
         self._mux: Mux | None = None
         self._control: MuxStream | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -88,6 +104,11 @@ class CallerSession:
     async def run(self) -> Outcome:
         """Deploy, serve the session until it is done, and say how it ended."""
         url = self.server_url + DEPLOY_ATTACH
+        try:
+            # Sources mint secrets here, at fetch time; their config never leaves this machine.
+            self.sources = SourceSet.from_config(self.spec.credentials.sources)
+        except CredentialError as exc:
+            raise SessionError(f"credentials: {exc}") from None
         try:
             self._mux = await dial_websocket(url, token=self._token)
         except WireError as exc:
@@ -97,7 +118,7 @@ class CallerSession:
         try:
             self._control = control = await self._mux.open_stream()
             await write_header(control, TAG_CONTROL)
-            control.write(self.spec.model_dump_json(exclude_none=True).encode() + b"\n")
+            control.write(wire_spec(self.spec).encode() + b"\n")
             await control.drain()
             while line := await control.readline():
                 try:
@@ -164,13 +185,24 @@ class CallerSession:
     async def _serve_stream(self, stream: MuxStream) -> None:
         try:
             header = await read_header(stream)
-            if header.tag != TAG_CALLER_EGRESS:
+            if header.tag == TAG_CALLER_EGRESS:
+                await self._egress(stream, EgressRequest.from_fields(header.fields))
+            elif header.tag == TAG_CALLER_CREDENTIAL:
+                await self._credential(stream, header.get("name") or "")
+            else:
                 stream.reset()
-                return
-            await self._egress(stream, EgressRequest.from_fields(header.fields))
         except (BadRequest, WireError) as exc:
             log.info("bad stream from the server: %s", exc)
             stream.reset()
+
+    async def _credential(self, stream: MuxStream, name: str) -> None:
+        """Mint one credential for the workload; an error is answered, never left hanging."""
+        try:
+            answer = (await self.sources.fetch(name)).to_json()
+        except CredentialError as exc:
+            answer = error_json(str(exc))
+        stream.write(answer + b"\n")
+        await stream.aclose()
 
     async def _egress(self, stream: MuxStream, request: EgressRequest) -> None:
         started = time.monotonic()

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from cornus_core.credentials import error_json
 from cornus_core.events import (
     Done,
     Error,
@@ -24,8 +25,17 @@ from cornus_core.events import (
 )
 from cornus_core.policy import Policy, PolicyError, compile_policy
 from cornus_core.spec import DeploySpec, EgressSpec, SpecError, detach_check
-from cornus_core.streams import TAG_CONTROL, TAG_EGRESS, TAG_POLICY, TAG_TELEMETRY, BadRequest, EgressRequest
-from cornus_core.wire import Mux, MuxStream, WireError, read_header, read_verdict, write_header
+from cornus_core.streams import (
+    TAG_CALLER_CREDENTIAL,
+    TAG_CONTROL,
+    TAG_CREDENTIAL,
+    TAG_EGRESS,
+    TAG_POLICY,
+    TAG_TELEMETRY,
+    BadRequest,
+    EgressRequest,
+)
+from cornus_core.wire import Mux, MuxStream, WireError, read_header, read_verdict, splice, write_header
 
 from .auth import Authenticator, new_id
 from .backends.base import Backend, BackendError, Deployment
@@ -157,6 +167,8 @@ class AttachSession:
                 "listen_port": egress.listen_port,
                 "policy": egress.model_dump(include={"default", "rules", "script"}),
             }
+        if spec.credentials.sources:
+            config["credentials"] = [source.model_dump(exclude={"config"}) for source in spec.credentials.sources]
         dep = Deployment(
             id=dep_id, spec=spec, server_url=self.registry.caretaker_url,
             caretaker_token=self.registry.auth.mint_caretaker_token(dep_id),
@@ -265,6 +277,8 @@ class AttachSession:
                 assert self.policy is not None
                 await relay_egress(stream, request, policy=self.policy, caller=self.mux,
                                    gateway=self.registry.gateway, emit=self.emit)
+            elif header.tag == TAG_CREDENTIAL:
+                await self._relay_credential(stream, header.get("name") or "")
             elif header.tag == TAG_TELEMETRY:
                 await self._telemetry(stream)
             else:
@@ -272,6 +286,19 @@ class AttachSession:
         except (BadRequest, WireError) as exc:
             log.info("session %s: bad caretaker stream: %s", self.id[:8], exc)
             stream.reset()
+
+    async def _relay_credential(self, stream: MuxStream, name: str) -> None:
+        """Bridge a caretaker's credential request to the caller, for names this session declared only."""
+        assert self.deployment is not None
+        declared = {source.name for source in self.deployment.spec.credentials.sources}
+        if name not in declared:
+            log.info("session %s: refused credential %r: not declared by the session", self.id[:8], name)
+            stream.write(error_json(f"credential {name!r} is not declared by this session") + b"\n")
+            await stream.aclose()
+            return
+        upstream = await self.mux.open_stream()
+        await write_header(upstream, TAG_CALLER_CREDENTIAL, {"name": name})
+        await splice(stream, upstream)
 
     async def _telemetry(self, stream: MuxStream) -> None:
         while line := await stream.readline():

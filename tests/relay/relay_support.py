@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cornus_core.caller import CallerSession, Outcome
-from cornus_core.events import ConnEnd, Event, HopDecision, Log
+from cornus_core.events import ConnEnd, Event, HopDecision, Log, Ready
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec
 from server.app import CornusServer
@@ -121,9 +121,9 @@ class Live:
         """The server's record of this session's deployment, once it is live."""
         assert self.server.registry is not None
         for _ in range(600):
-            for attach in self.server.registry.deployments.values():
-                if attach.deployment is not None and attach.deployment.spec == self.session.spec:
-                    return attach.deployment
+            ready = [e.deployment for e in self.events if isinstance(e, Ready)]
+            if ready and ready[0] in self.server.registry.deployments:
+                return self.server.registry.deployments[ready[0]].deployment
             await asyncio.sleep(0.05)
         raise AssertionError(f"deployment never became live: {self.events}")
 
