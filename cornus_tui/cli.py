@@ -332,11 +332,13 @@ def _run_session(loaded: LoadedSpec, args: argparse.Namespace) -> int:
 
     from .plain import run_plain
 
-    plain = args.plain or args.json or not sys.stdout.isatty()
-    if not plain:
-        print(f"{PROG}: the dashboard is not available in this version yet; running --plain", file=sys.stderr)
     spec = loaded.spec.model_copy(update={"detach": True}) if args.detach else loaded.spec
-    return asyncio.run(run_plain(spec, server_url=args.server, as_json=args.json))
+    if args.plain or args.json or not sys.stdout.isatty():
+        return asyncio.run(run_plain(spec, server_url=args.server, as_json=args.json))
+    from .dashboard_run import run_dashboard
+
+    pac_file = Path(args.egress_pac) if args.egress_pac else None
+    return asyncio.run(run_dashboard(spec, server_url=args.server, pac_file=pac_file))
 
 
 def _check_server(url: str | None) -> None:

@@ -15,7 +15,7 @@ from cornus_core.events import ConnEnd, Done, Error, Event, Exit, HopDecision, L
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec
 
-from .runner import EXIT_DEPLOY_FAILED, EXIT_INTERRUPTED, EXIT_SESSION_LOST, prepare_spec, session_target
+from .runner import EXIT_INTERRUPTED, EXIT_SESSION_LOST, exit_code, prepare_spec, session_target
 
 
 def format_event(event: Event) -> str:
@@ -83,10 +83,4 @@ async def run_plain(spec: DeploySpec, *, server_url: str | None, as_json: bool =
                     loop.remove_signal_handler(sig)
     if interrupted:
         return EXIT_INTERRUPTED
-    if outcome.exit_code is not None:
-        if outcome.exit_code != 0:
-            print(f"cornus-tui: the workload exited with status {outcome.exit_code}", file=sys.stderr)
-        return min(max(outcome.exit_code, 0), 125) if outcome.exit_code >= 0 else 125
-    for message in outcome.errors or []:
-        print(f"cornus-tui: {message}", file=sys.stderr)
-    return EXIT_DEPLOY_FAILED
+    return exit_code(outcome, lambda message: print(f"cornus-tui: {message}", file=sys.stderr))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from cornus_core.caller import Outcome
 from cornus_core.proxy.settings import ProxySettings, merge_env_proxies
 from cornus_core.spec import DeploySpec
 
@@ -15,6 +16,17 @@ EXIT_OK = 0
 EXIT_DEPLOY_FAILED = 3
 EXIT_SESSION_LOST = 4
 EXIT_INTERRUPTED = 130
+
+
+def exit_code(outcome: Outcome, report: Callable[[str], None]) -> int:
+    """The command's exit status for a finished session: the workload's own status when it ran."""
+    if outcome.exit_code is not None:
+        if outcome.exit_code != 0:
+            report(f"the workload exited with status {outcome.exit_code}")
+        return min(max(outcome.exit_code, 0), 125) if outcome.exit_code >= 0 else 125
+    for message in outcome.errors or []:
+        report(message)
+    return EXIT_DEPLOY_FAILED
 
 
 @dataclass(frozen=True)
