@@ -23,7 +23,7 @@ from cornus_core.events import (
     Status,
     decode_event,
 )
-from cornus_core.policy import Policy, PolicyError, compile_policy
+from cornus_core.policy import Isolation, Policy, PolicyError, compile_policy
 from cornus_core.spec import DeploySpec, EgressSpec, SpecError, detach_check
 from cornus_core.streams import (
     TAG_CALLER_CREDENTIAL,
@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 MAX_SPEC_LINE = 1024 * 1024
 MAX_EVENT_QUEUE = 10_000
+# The server runs callers' PAC scripts: each in a killable worker process, so no script can stall it.
+PAC_ISOLATION: Isolation = "process"
 
 
 class SessionRefused(Exception):
@@ -149,7 +151,7 @@ class AttachSession:
             )
             raise SessionRefused(f"invalid deploy spec: {text}") from None
         try:
-            self.policy = compile_policy(spec.egress or EgressSpec())
+            self.policy = compile_policy(spec.egress or EgressSpec(), pac_isolation=PAC_ISOLATION)
             self.deployed_version = self.policy.version
             if spec.detach and (why := detach_check(spec)):
                 raise SessionRefused(f"detach refused: {why}")
@@ -209,7 +211,7 @@ class AttachSession:
             update = EgressSpec.model_validate(raw)
             egress = current.model_copy(update={"default": update.default, "rules": update.rules,
                                                 "script": update.script})
-            policy = compile_policy(egress)
+            policy = compile_policy(egress, pac_isolation=PAC_ISOLATION)
         except (ValueError, PolicyError) as exc:
             self.emit(Error(message=f"policy update refused: {exc}", fatal=False))
             return

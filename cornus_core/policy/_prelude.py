@@ -1,7 +1,7 @@
 """The trusted JavaScript that every PAC sandbox loads before the script: the builtins and the locks.
 
 It is one function expression; called with ``restricted`` it hardens the context and returns the
-dispatcher through which Python talks to the sandbox (``install``, ``probe``, ``eval``). Everything the
+dispatcher through which Python talks to the sandbox (``install``, ``probe``, ``eval``, ``alerts``). Everything the
 dispatcher hands back is one JSON string, built in JavaScript while the engine's time limit still
 runs, so Python never converts (and so never runs) a value the script controls.
 
@@ -18,7 +18,9 @@ What it does, in order:
 * restricted mode (the in-process evaluator): regex execution is a tripwire that asks for the
   isolated evaluator, because a backtracking regex cannot be interrupted inside the process;
 * deletes ``__date_clock``, ``Atomics`` and ``SharedArrayBuffer``, deep-freezes every intrinsic and
-  makes every global binding read-only, so one evaluation cannot leave state for the next.
+  makes every global binding read-only, so one evaluation cannot leave state for the next; the
+  prototype methods scripts commonly override on their own objects (``toString``, ``valueOf``,
+  ``constructor``, error ``name``/``message``) become accessors so that still works.
 
 The script itself is compiled once as the body of a factory function and the factory runs at every
 evaluation, so its top-level ``var``/``let``/``const`` state starts fresh each time; assignments to

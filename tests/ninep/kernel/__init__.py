@@ -1,0 +1,1 @@
+"""Boot a real Linux v9fs client under QEMU against our server."""
