@@ -27,10 +27,19 @@ class EgressRoleConfig(_Strict):
     policy: EgressSpec = EgressSpec()  # the deployment's egress policy (mode and ports ignored here)
 
 
+class MountConfig(_Strict):
+    """One client-local mount: the caller serves `name` over 9P; it appears at `target` in the pod."""
+
+    name: str
+    target: str
+    read_only: bool = False
+
+
 class CaretakerConfig(_Strict):
     deployment: str = ""  # for logs only
     egress: EgressRoleConfig | None = None
     credentials: list[CredentialSource] = Field(default_factory=list)  # names and deliveries, no config
+    mounts: list[MountConfig] = Field(default_factory=list)
 
 
 class ConfigError(Exception):

@@ -21,20 +21,24 @@ from cornus_core.events import (
     EventError,
     Exit,
     HopDecision,
+    MountStats,
     PolicyApplied,
     decode_event,
 )
 from cornus_core.netguard import CLIENT_REFUSED, parse_ip, refusal
+from cornus_core.ninep import Export, serve_connection
 from cornus_core.policy import Policy, PolicyError, Route, compile_policy
 from cornus_core.proxy.dialer import DialError, dial
 from cornus_core.proxy.settings import ProxySettings
-from cornus_core.spec import DeploySpec, EgressSpec
+from cornus_core.spec import DeploySpec, EgressSpec, MountSpec
 from cornus_core.streams import (
     TAG_CALLER_CREDENTIAL,
     TAG_CALLER_EGRESS,
+    TAG_CALLER_MOUNT,
     TAG_CONTROL,
     BadRequest,
     EgressRequest,
+    mount_name,
 )
 from cornus_core.wire import (
     Mux,
@@ -53,6 +57,7 @@ log = logging.getLogger(__name__)
 
 DEPLOY_ATTACH = "/.cornus/v1/deploy/attach"
 DIAL_TIMEOUT = 15.0
+MOUNT_STATS_INTERVAL = 1.0
 
 
 def wire_spec(spec: DeploySpec) -> str:
@@ -97,6 +102,7 @@ class CallerSession:
         except PolicyError:
             self.policy = None  # fail closed: every relayed connection is denied at this hop
         self.sources = SourceSet([])
+        self.exports: dict[str, tuple[MountSpec, Export]] = {}
         self._mux: Mux | None = None
         self._control: MuxStream | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -110,10 +116,18 @@ class CallerSession:
         except CredentialError as exc:
             raise SessionError(f"credentials: {exc}") from None
         try:
+            self.exports = {
+                mount_name(i): (mount, Export(mount.source, read_only=mount.read_only))
+                for i, mount in enumerate(self.spec.local_mounts)
+            }
+        except OSError as exc:
+            raise SessionError(f"local mount: {exc}") from None
+        try:
             self._mux = await dial_websocket(url, token=self._token)
         except WireError as exc:
             raise SessionError(str(exc)) from None
         acceptor = asyncio.create_task(self._accept_streams(self._mux))
+        reporter = asyncio.create_task(self._report_mounts()) if self.exports else None
         outcome = Outcome(errors=[])
         try:
             self._control = control = await self._mux.open_stream()
@@ -140,6 +154,9 @@ class CallerSession:
             raise SessionError(f"session lost: {exc}") from None
         finally:
             acceptor.cancel()
+            if reporter is not None:
+                reporter.cancel()
+                self._mount_stats()
             for task in list(self._tasks):
                 task.cancel()
             await self._mux.aclose(timeout=2)
@@ -187,6 +204,8 @@ class CallerSession:
             header = await read_header(stream)
             if header.tag == TAG_CALLER_EGRESS:
                 await self._egress(stream, EgressRequest.from_fields(header.fields))
+            elif header.tag == TAG_CALLER_MOUNT:
+                await self._serve_mount(stream, header.get("name") or "")
             elif header.tag == TAG_CALLER_CREDENTIAL:
                 await self._credential(stream, header.get("name") or "")
             else:
@@ -194,6 +213,27 @@ class CallerSession:
         except (BadRequest, WireError) as exc:
             log.info("bad stream from the server: %s", exc)
             stream.reset()
+
+    async def _serve_mount(self, stream: MuxStream, name: str) -> None:
+        """Serve one of our exports over 9P2000.L on this stream, until the pod's side closes it."""
+        if name not in self.exports:
+            stream.reset()
+            return
+        await serve_connection(self.exports[name][1], stream, stream)
+
+    async def _report_mounts(self) -> None:
+        while True:
+            await asyncio.sleep(MOUNT_STATS_INTERVAL)
+            self._mount_stats()
+
+    def _mount_stats(self) -> None:
+        for name, (mount, export) in self.exports.items():
+            snap = export.stats.snapshot()
+            self.on_event(MountStats(
+                name=name, source=mount.source, target=mount.target, read_only=mount.read_only,
+                ops=dict(snap.ops), bytes_read=snap.bytes_read, bytes_written=snap.bytes_written,
+                errors=snap.total_errors, latency_ms_sum=sum(snap.latency_s.values()) * 1000,
+            ))
 
     async def _credential(self, stream: MuxStream, name: str) -> None:
         """Mint one credential for the workload; an error is answered, never left hanging."""

@@ -118,8 +118,13 @@ class CredentialRequest(Event):
 
 @dataclass(frozen=True)
 class MountStats(Event):
+    """Cumulative counters of one client-local mount, as served by the caller's 9P server."""
+
     type: ClassVar[str] = "mount"
     name: str
+    source: str = ""
+    target: str = ""
+    read_only: bool = False
     ops: dict[str, int] = field(default_factory=dict)
     bytes_read: int = 0
     bytes_written: int = 0

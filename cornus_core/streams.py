@@ -27,6 +27,11 @@ TAG_TELEMETRY = "T"
 TAG_POLICY = "P"
 
 
+def mount_name(index: int) -> str:
+    """The name of the spec's `index`-th client-local mount on M/L streams."""
+    return f"m{index}"
+
+
 class BadRequest(ValueError):
     """A stream header that does not describe a valid request; the message names the field."""
 

@@ -27,13 +27,16 @@ from cornus_core.policy import Isolation, Policy, PolicyError, compile_policy
 from cornus_core.spec import DeploySpec, EgressSpec, SpecError, detach_check
 from cornus_core.streams import (
     TAG_CALLER_CREDENTIAL,
+    TAG_CALLER_MOUNT,
     TAG_CONTROL,
     TAG_CREDENTIAL,
     TAG_EGRESS,
+    TAG_MOUNT,
     TAG_POLICY,
     TAG_TELEMETRY,
     BadRequest,
     EgressRequest,
+    mount_name,
 )
 from cornus_core.wire import Mux, MuxStream, WireError, read_header, read_verdict, splice, write_header
 
@@ -169,6 +172,9 @@ class AttachSession:
                 "listen_port": egress.listen_port,
                 "policy": egress.model_dump(include={"default", "rules", "script"}),
             }
+        if spec.local_mounts:
+            config["mounts"] = [{"name": mount_name(i), "target": m.target, "read_only": m.read_only}
+                                for i, m in enumerate(spec.local_mounts)]
         if spec.credentials.sources:
             config["credentials"] = [source.model_dump(exclude={"config"}) for source in spec.credentials.sources]
         dep = Deployment(
@@ -281,6 +287,8 @@ class AttachSession:
                                    gateway=self.registry.gateway, emit=self.emit)
             elif header.tag == TAG_CREDENTIAL:
                 await self._relay_credential(stream, header.get("name") or "")
+            elif header.tag == TAG_MOUNT:
+                await self._relay_mount(stream, header.get("name") or "")
             elif header.tag == TAG_TELEMETRY:
                 await self._telemetry(stream)
             else:
@@ -298,8 +306,20 @@ class AttachSession:
             stream.write(error_json(f"credential {name!r} is not declared by this session") + b"\n")
             await stream.aclose()
             return
+        await self._bridge_to_caller(stream, TAG_CALLER_CREDENTIAL, name)
+
+    async def _relay_mount(self, stream: MuxStream, name: str) -> None:
+        """Bridge a caretaker's 9P stream to the caller's export of that name, if the session declared it."""
+        assert self.deployment is not None
+        if name not in {mount_name(i) for i in range(len(self.deployment.spec.local_mounts))}:
+            log.info("session %s: refused mount %r: not declared by the session", self.id[:8], name)
+            stream.reset()
+            return
+        await self._bridge_to_caller(stream, TAG_CALLER_MOUNT, name)
+
+    async def _bridge_to_caller(self, stream: MuxStream, tag: str, name: str) -> None:
         upstream = await self.mux.open_stream()
-        await write_header(upstream, TAG_CALLER_CREDENTIAL, {"name": name})
+        await write_header(upstream, tag, {"name": name})
         await splice(stream, upstream)
 
     async def _telemetry(self, stream: MuxStream) -> None:

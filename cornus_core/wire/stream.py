@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -62,7 +63,7 @@ class MuxStream:
 
     async def read_chunk(self, n: int = -1) -> memoryview:
         """Up to ``n`` bytes (any amount if negative) without copying; empty at EOF."""
-        if not self._size and not await self._wait_data():
+        if n == 0 or (not self._size and not await self._wait_data()):
             return memoryview(b"")
         chunk = self._chunks[0]
         view = chunk if isinstance(chunk, memoryview) else memoryview(chunk)
@@ -196,7 +197,7 @@ class MuxStream:
         if data:
             self._mux._send(self.id, data)
 
-    def writelines(self, data: list[bytes | bytearray | memoryview]) -> None:
+    def writelines(self, data: Iterable[bytes | bytearray | memoryview]) -> None:
         for item in data:
             self.write(item)
 
@@ -237,6 +238,11 @@ class MuxStream:
         """Half-close and wait until the FIN (and all queued data) went to the transport."""
         self.close()
         if self._write_error is None and self._mux._pending(self.id):
+            await self._wait_drained(0)
+
+    async def wait_closed(self) -> None:
+        """Like ``StreamWriter.wait_closed``: wait until a closed stream's FIN went to the transport."""
+        if self._write_closed and self._write_error is None and self._mux._pending(self.id):
             await self._wait_drained(0)
 
     def reset(self) -> None:
