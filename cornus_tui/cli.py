@@ -46,6 +46,7 @@ SESSION_EPILOG = f"""\
 tools (run '{PROG} TOOL --help'):
   route      show how the egress policy routes destinations
   pac eval   run a PAC file's FindProxyForURL once and print what it returns
+  serve-9p   serve a local directory over 9P2000.L on TCP (debugging, conformance runs)
 
 egress flags and the spec file:
   --egress-route rules are put BEFORE the file's rules, in the order given, so they win
@@ -353,12 +354,19 @@ def _check_server(url: str | None) -> None:
         raise SpecError(flag_source("--server", url), "expected an http(s):// or ws(s):// URL with a host")
 
 
+def _serve_9p(argv: Sequence[str]) -> int:
+    """Serve one local directory (or file) over 9P2000.L on TCP, for debugging and conformance runs."""
+    from cornus_core.ninep.__main__ import main as serve_main
+
+    return serve_main(argv, prog=f"{PROG} serve-9p")
+
+
 # ---- dispatch -----------------------------------------------------------------------------------
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "route": _route_main,
     "pac": _pac_main,
-    # "serve-9p": serve one local directory over 9P2000.L on stdin/stdout (to come).
+    "serve-9p": _serve_9p,
 }
 
 

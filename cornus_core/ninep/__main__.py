@@ -9,6 +9,7 @@ import contextlib
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 
 from .constants import DEFAULT_MAX_MSIZE
 from .server import serve_tcp
@@ -22,8 +23,8 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cornus_core.ninep", description=__doc__)
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m cornus_core.ninep") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("root", metavar="DIR", help="directory (or single file) to export")
     parser.add_argument("--listen", type=parse_listen, default=("127.0.0.1", 5640), metavar="HOST:PORT",
                         help="address to listen on (default 127.0.0.1:5640; port 0 picks one)")  # fmt: skip
