@@ -59,9 +59,9 @@ examples:
   {PROG} -f app.yaml --egress-route '*.corp.example=client' --egress-default deny
   {PROG} route -f app.yaml api.corp.example:443 10.1.2.3:5432 [2001:db8::1]:80
 
-exit codes: 0 the workload exited 0; 1-125 the workload's own non-zero exit status;
-2 bad arguments or spec; 3 the deployment was refused or failed; 4 the session could
-not be established or was lost; 130 interrupted (after tearing the deployment down)
+exit codes: the workload's own exit status when it ran (128+N when signal N ended it);
+otherwise 2 bad arguments or spec, 3 the deployment was refused or failed, 4 the session
+could not be established or was lost, 130 interrupted (after tearing the deployment down)
 """
 
 ROUTE_EPILOG = f"""\

@@ -1,0 +1,1 @@
+"""The app's screens: the dashboard, the PAC editor, help and teardown."""

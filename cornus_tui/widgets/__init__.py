@@ -1,0 +1,1 @@
+"""The dashboard's widgets; each reads one store and redraws only when its version moved."""
