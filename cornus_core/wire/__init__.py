@@ -2,7 +2,8 @@
 
 Layers, bottom up (each sans-IO core has a thin asyncio layer on top):
 
-- ``frames``/``session``: yamux v0 framing and the session state machine (sans-IO);
+- ``frames``/``session``/``flight``: yamux v0 framing, the session state machine with per-stream
+  windows and fair scheduling, and the session-wide limit on data in flight (sans-IO);
 - ``mux``/``stream``: the asyncio :class:`Mux` over any :class:`Transport`, streams with an
   asyncio-streams feel, and :func:`splice` for relays;
 - ``websocket``: the mux over a WebSocket (binary messages, no compression);

@@ -2,9 +2,10 @@
 
 A thin I/O layer over the sans-IO :class:`~cornus_core.wire.session.Session`: one task reads the
 transport and dispatches events to streams, one task writes batches (control first, then fair data
-chunks) and waits on the transport, so backpressure reaches the socket; an optional task sends
-keepalive pings. When anything ends the session, every stream fails at once with
-:class:`SessionClosed` (or its subclass :class:`KeepaliveTimeout`).
+chunks, as far as the windows and the session's flight limit allow) and waits on the transport, so
+backpressure reaches the socket; a third task measures the round-trip time and sends keepalive pings.
+When anything ends the session, every stream fails at once with :class:`SessionClosed` (or its
+subclass :class:`KeepaliveTimeout`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class MuxConfig:
     max_window: int = MAX_WINDOW  # per-stream receive window ceiling for auto-tuning
     window_budget: int = 128 * 1024 * 1024  # total window growth across streams
     max_frame: int = 64 * 1024  # data chunk per stream per scheduling turn
+    min_flight: int | None = 1024 * 1024  # session data in flight before rate x RTT allows more
     batch_size: int = 256 * 1024  # bytes handed to the transport per write (one WebSocket message)
     write_buffer: int = 256 * 1024  # per-stream queued bytes above which drain() blocks
     accept_backlog: int = 1024  # peer-opened streams waiting for accept_stream(); more are refused
@@ -51,7 +53,10 @@ class MuxConfig:
             self,
             "session",
             SessionConfig(
-                max_window=self.max_window, window_budget=self.window_budget, max_frame=self.max_frame
+                max_window=self.max_window,
+                window_budget=self.window_budget,
+                max_frame=self.max_frame,
+                min_flight=self.min_flight,
             ),
         )
 
@@ -138,7 +143,7 @@ class Mux:
         """Round-trip time of one ping, in seconds."""
         if self._error is not None:
             raise self._error
-        opaque = next(self._ping_ids) & 0xFFFFFFFF
+        opaque = next(self._ping_ids) & 0x7FFFFFFF
         waiter = self._loop.create_future()
         self._pings[opaque] = waiter
         started = time.monotonic()
@@ -195,6 +200,16 @@ class Mux:
         """The stream's current receive window (auto-tuned)."""
         return self._session.window(stream.id)
 
+    @property
+    def flight_limit(self) -> int | None:
+        """How many data bytes the session may have in flight now (follows the path's rate x RTT)."""
+        return self._session.flight.limit
+
+    @property
+    def min_rtt(self) -> float | None:
+        """The smallest round-trip time measured on the session, in seconds."""
+        return self._session.min_rtt
+
     def buffered(self, stream: MuxStream) -> int:
         """Bytes received on the stream that its reader has not consumed yet."""
         return self._session.buffered(stream.id)
@@ -242,7 +257,7 @@ class Mux:
         while True:
             if data:
                 try:
-                    session.receive_data(data)
+                    session.receive_data(data, time.monotonic())
                 except ProtocolError as exc:
                     self._fail(SessionClosed(f"protocol error from the peer: {exc}"), flush=True)
                     return
@@ -265,7 +280,7 @@ class Mux:
             await self._wakeup.wait()
             self._wakeup.clear()
             self._idle.clear()
-            while pieces := session.data_to_send(batch):
+            while pieces := session.data_to_send(batch, time.monotonic()):
                 self._dispatch()
                 if self._drainers:  # producers refill while this batch is on its way
                     self._wake_drained()

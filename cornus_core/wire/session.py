@@ -13,6 +13,9 @@ where a bigger one would only queue data in socket buffers ahead of other stream
 that falls behind never triggers growth; a stopped reader holds at most its current window. Total growth
 across streams is capped by ``window_budget``.
 
+The data in flight for the whole session is limited too (see :mod:`.flight`), so that the queue in
+the path stays short whatever the number of busy streams.
+
 Scheduling: control frames (SYN/ACK, window updates, pings, RST, go-away) always go first; data is
 served in chunks of at most ``max_frame`` bytes, round robin, with a "new" lane in front of the bulk
 lane (as in FQ-CoDel): a stream that becomes ready after being idle sends its first chunk before the
@@ -35,6 +38,7 @@ from .events import (
     StreamOpened,
     StreamResetReceived,
 )
+from .flight import FlightControl
 from .frames import MAX_U32, Flag, FrameDecoder, FrameType, GoAwayCode, Payload, encode_header
 
 INITIAL_WINDOW = 256 * 1024
@@ -48,6 +52,7 @@ _SYN = int(Flag.SYN)
 _ACK = int(Flag.ACK)
 _FIN = int(Flag.FIN)
 _RST = int(Flag.RST)
+_FLIGHT = 0x80000000  # ping opaque values with this bit set clock the data in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,8 @@ class SessionConfig:
     max_window: int = MAX_WINDOW  # largest receive window a stream may grow to
     window_budget: int = 128 * 1024 * 1024  # total window growth beyond INITIAL_WINDOW, all streams
     max_frame: int = 64 * 1024  # largest DATA payload sent in one scheduling turn
+    min_flight: int | None = 1024 * 1024  # data in flight before rate x RTT allows more; None: no limit
+    flight_gain: float = 2.0
 
     def __post_init__(self) -> None:
         if self.max_window < INITIAL_WINDOW or self.max_window > MAX_U32:
@@ -131,15 +138,17 @@ class Session:
         self._old: deque[_Stream] = deque()
         self._decoder = FrameDecoder(self.config.max_window)
         self._grown = 0
-        self.min_rtt: float | None = None
+        self.flight = FlightControl(self.config.min_flight, self.config.flight_gain)
+        self._flight_seq = 0
         self._failed: ProtocolError | None = None
         self.go_away_sent = False
         self.go_away_received: int | None = None
 
     # ------------------------------------------------------------------ inbound
 
-    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        """Process bytes from the peer. Raises :class:`ProtocolError` (and queues a go-away)."""
+    def receive_data(self, data: bytes | bytearray | memoryview, now: float | None = None) -> None:
+        """Process bytes from the peer that arrived at ``now`` (monotonic seconds; it times the
+        pings that clock the data in flight). Raises :class:`ProtocolError` (and queues a go-away)."""
         if self._failed is not None:
             raise self._failed
         try:
@@ -150,6 +159,8 @@ class Session:
                 elif type_ == _PING:
                     if frame.flags & _SYN:
                         self._control += encode_header(_PING, _ACK, 0, frame.length)
+                    elif frame.length & _FLIGHT:
+                        self.flight.on_pong(frame.length, now)
                     else:
                         self._events.append(PongReceived(frame.length))
                 else:
@@ -294,8 +305,8 @@ class Session:
         if (
             st.drained
             and st.last_update is not None
-            and self.min_rtt is not None
-            and now - st.last_update < 2 * self.min_rtt
+            and self.flight.min_rtt is not None
+            and now - st.last_update < 2 * self.flight.min_rtt
         ):
             grow = min(st.target, self.config.max_window - st.target, self.config.window_budget - self._grown)
             if grow > 0:
@@ -310,11 +321,17 @@ class Session:
 
     def rtt_sample(self, rtt: float) -> None:
         """A measured round-trip time (seconds); the smallest one guides window growth."""
-        if rtt > 0 and (self.min_rtt is None or rtt < self.min_rtt):
-            self.min_rtt = rtt
+        self.flight.rtt_sample(rtt)
+
+    @property
+    def min_rtt(self) -> float | None:
+        return self.flight.min_rtt
 
     def ping(self, opaque: int) -> None:
-        self._control += encode_header(_PING, _SYN, 0, opaque & MAX_U32)
+        """Queue a ping; ``opaque`` must be below 2**31 (higher values clock the data in flight)."""
+        if not 0 <= opaque < _FLIGHT:
+            raise ValueError(f"ping opaque value must be in [0, 2**31), got {opaque}")
+        self._control += encode_header(_PING, _SYN, 0, opaque)
 
     def go_away(self, code: int = GoAwayCode.NORMAL) -> None:
         """Tell the peer this side accepts no new streams (existing streams continue)."""
@@ -326,10 +343,23 @@ class Session:
 
     @property
     def wants_write(self) -> bool:
-        return bool(self._control or self._acks or self._new or self._old)
+        return bool(self._control or self._acks or ((self._new or self._old) and self._flight_room() != 0))
 
-    def data_to_send(self, limit: int = 256 * 1024) -> list[Payload]:
-        """Pieces of the next batch (about ``limit`` bytes): control frames first, then data chunks."""
+    def _flight_room(self) -> int | None:
+        """Data this batch may carry under the flight limit (None: no limit). A batch carries at most a
+        quarter of the limit, so several pings are in flight and the pipe stays busy while they return;
+        and waits for a full frame of room, so that acknowledgements do not cut the data into tiny
+        batches."""
+        room = self.flight.room()
+        if room is None or self.flight.limit is None:
+            return None
+        share = self.flight.limit // 4
+        room = min(room, share)
+        return room if room >= min(share, self.config.max_frame) else 0
+
+    def data_to_send(self, limit: int = 256 * 1024, now: float | None = None) -> list[Payload]:
+        """Pieces of the next batch (about ``limit`` bytes) sent at ``now``: control frames first, then
+        data chunks as far as the windows and the session's flight limit allow."""
         out: list[Payload] = []
         size = 0
         if self._acks:  # sent lazily so that a stream refused meanwhile gets only its RST
@@ -346,6 +376,10 @@ class Session:
             self._control.clear()
         new, old = self._new, self._old
         max_frame = self.config.max_frame
+        room = self._flight_room()
+        if room is not None:
+            limit = min(limit, size + room)
+        before_data = size
         while size < limit:
             if new:
                 st = new.popleft()
@@ -368,6 +402,11 @@ class Session:
             elif st.pending_bytes and st.send_window > 0:
                 st.queued = True
                 old.append(st)
+        if size > before_data:  # the answer to this ping says the peer took in all the data before it
+            self._flight_seq = (self._flight_seq + 1) & (_FLIGHT - 1)
+            opaque = _FLIGHT | self._flight_seq
+            self.flight.on_sent(size - before_data, opaque, now)
+            out.append(encode_header(_PING, _SYN, 0, opaque))
         return out
 
     @staticmethod

@@ -28,6 +28,7 @@ class MuxStream:
         self.id = stream_id
         self._chunks: deque[Payload] = deque()
         self._size = 0
+        self._credited = 0  # buffered bytes at the front already credited back to the peer
         self._eof = False  # FIN received
         self._read_error: WireError | None = None  # raised once the buffer is empty
         self._write_error: WireError | None = None
@@ -59,7 +60,16 @@ class MuxStream:
 
     def _consume(self, n: int) -> None:
         self._size -= n
-        self._mux._consumed(self.id, n)
+        credit = n - self._credited
+        self._credited = max(0, self._credited - n)
+        if credit > 0:
+            self._mux._consumed(self.id, credit)
+
+    def _credit_ahead(self) -> None:
+        """Give the peer credit for everything buffered, before the application takes it."""
+        if self._size > self._credited:
+            self._mux._consumed(self.id, self._size - self._credited)
+            self._credited = self._size
 
     async def read_chunk(self, n: int = -1) -> memoryview:
         """Up to ``n`` bytes (any amount if negative) without copying; empty at EOF."""
@@ -91,19 +101,30 @@ class MuxStream:
         """Exactly ``n`` bytes; ``asyncio.IncompleteReadError`` if the stream ends first."""
         if n < 0:
             raise ValueError("readexactly size can not be less than zero")
-        while self._size < n:
-            if self._read_error is not None:
+        if self._size >= n:
+            return self._take(n)
+        parts = []
+        need = n
+        while need:  # take as it comes, so a read larger than the window completes
+            if self._size:
+                part = self._take(min(need, self._size))
+                parts.append(part)
+                need -= len(part)
+            elif self._read_error is not None:
                 raise self._read_error
-            if self._eof:
-                raise asyncio.IncompleteReadError(self._take(self._size), n)
-            await self._wait_more()
-        return self._take(n)
+            elif self._eof:
+                raise asyncio.IncompleteReadError(b"".join(parts), n)
+            else:
+                await self._wait_more()
+        return b"".join(parts)
 
     async def readuntil(self, separator: bytes = b"\n", *, limit: int = 64 * 1024) -> bytes:
         """Data up to and including ``separator``, asyncio semantics.
 
         ``asyncio.LimitOverrunError`` when more than ``limit`` bytes come before the separator (the data
-        stays buffered); ``asyncio.IncompleteReadError`` when the stream ends first.
+        stays buffered); ``asyncio.IncompleteReadError`` when the stream ends first. A line longer than
+        the stream's window still arrives: bytes searched without finding the separator are credited
+        back to the peer while they wait here, so at most ``limit`` bytes are held.
         """
         if not separator:
             raise ValueError("separator must not be empty")
@@ -129,6 +150,7 @@ class MuxStream:
                 raise self._read_error
             if self._eof:
                 raise asyncio.IncompleteReadError(self._take(self._size), None)
+            self._credit_ahead()
             await self._wait_more()
 
     async def readline(self) -> bytes:
@@ -249,7 +271,7 @@ class MuxStream:
         """Abort the stream both ways (RST); buffered data is discarded."""
         self._mux._reset(self.id)
         self._chunks.clear()
-        self._size = 0
+        self._size = self._credited = 0
         self._fail(StreamReset(f"stream {self.id} was reset by this side"), keep_buffer=False)
 
     @property

@@ -25,6 +25,23 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
+UNSENT_LIMIT = 128 * 1024
+
+
+def tune_socket(sock: socket.socket | None) -> None:
+    """Latency settings for a TCP socket carrying a mux.
+
+    TCP_NODELAY: batches are already coalesced, never wait for Nagle. TCP_NOTSENT_LOWAT: let the kernel
+    hold little data that is not yet on the wire, so queued data waits in the mux, where control frames
+    and small streams can still go first, instead of in a socket buffer behind megabytes of bulk data.
+    """
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_LIMIT)
+
+
 def _join(pieces: Sequence[Payload]) -> Payload:
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
@@ -38,10 +55,7 @@ class StreamTransport:
         self.reader = reader
         self.writer = writer
         self.read_size = read_size
-        sock = writer.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            with contextlib.suppress(OSError):  # batches are already coalesced: never wait for Nagle
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tune_socket(writer.get_extra_info("socket"))
 
     async def receive(self) -> bytes:
         return await self.reader.read(self.read_size)

@@ -8,8 +8,6 @@ peer's data waits in the kernel, not in our memory.
 
 from __future__ import annotations
 
-import contextlib
-import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +20,7 @@ from .errors import DialError
 from .frames import Payload
 from .hello import Hello
 from .mux import Mux, MuxConfig, open_mux
+from .transport import tune_socket
 
 
 def websocket_options(config: MuxConfig | None = None) -> dict[str, Any]:
@@ -41,10 +40,7 @@ class WebSocketTransport:
 
     def __init__(self, ws: Connection) -> None:
         self.ws = ws
-        sock = ws.transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            with contextlib.suppress(OSError):  # batches are already coalesced: never wait for Nagle
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        tune_socket(ws.transport.get_extra_info("socket"))
 
     async def receive(self) -> bytes:
         try:
