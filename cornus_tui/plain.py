@@ -49,10 +49,20 @@ async def run_plain(spec: DeploySpec, *, server_url: str | None, as_json: bool =
     """Run the session until the workload exits or Ctrl-C (then tear down); return the exit code."""
 
     stream = out or sys.stdout
+    flush_pending = False
+
+    def flush() -> None:
+        nonlocal flush_pending
+        flush_pending = False
+        stream.flush()
 
     def show(event: Event) -> None:
+        # Lines are flushed once per event-loop turn, not once per event: busy sessions make many.
+        nonlocal flush_pending
         stream.write((json.dumps(event.to_dict()) if as_json else format_event(event)) + "\n")
-        stream.flush()
+        if not flush_pending:
+            flush_pending = True
+            asyncio.get_running_loop().call_soon(flush)
 
     proxies = ProxySettings.resolve()
     interrupted = False
@@ -78,6 +88,7 @@ async def run_plain(spec: DeploySpec, *, server_url: str | None, as_json: bool =
             print(f"cornus-tui: {exc}", file=sys.stderr)
             return EXIT_SESSION_LOST
         finally:
+            stream.flush()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(sig)

@@ -13,11 +13,15 @@ from pydantic import ValidationError
 
 from cornus_core.credentials import error_json
 from cornus_core.events import (
+    ConnEnd,
+    CredentialRequest,
     Done,
     Error,
     Event,
     EventError,
     Exit,
+    HopDecision,
+    Log,
     PolicyApplied,
     Ready,
     Status,
@@ -106,9 +110,17 @@ class AttachSession:
             self.registry.forget(self)
 
     async def _write_events(self, control: MuxStream) -> None:
-        while (event := await self._events.get()) is not None:
+        """Send queued events as JSON lines; whatever queued up meanwhile goes out in one write."""
+        done = False
+        while not done:
+            batch = [await self._events.get()]
+            while not self._events.empty() and len(batch) < 512:
+                batch.append(self._events.get_nowait())
+            if None in batch:
+                done = True
+                batch = batch[: batch.index(None)]
             try:
-                control.write(event.encode())
+                control.write(b"".join(event.encode() for event in batch if event is not None))
                 await control.drain()
             except WireError:
                 return
@@ -323,9 +335,21 @@ class AttachSession:
         await splice(stream, upstream)
 
     async def _telemetry(self, stream: MuxStream) -> None:
+        """Forward the caretaker's reports. The pod speaks only for its own hop: anything else it
+        sends (a `done`, an `exit`, another hop's decision) is dropped, never shown as the server's."""
         while line := await stream.readline():
             with contextlib.suppress(EventError):
-                self.emit(decode_event(line))
+                event = decode_event(line)
+                if caretaker_may_report(event):
+                    self.emit(event)
+
+
+def caretaker_may_report(event: Event) -> bool:
+    if isinstance(event, HopDecision | ConnEnd | PolicyApplied):
+        return event.hop == "caretaker"
+    if isinstance(event, Log):
+        return event.source == "caretaker"
+    return isinstance(event, CredentialRequest)
 
 
 class Registry:

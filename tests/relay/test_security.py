@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from relay_support import TOKEN, Target
 
@@ -98,3 +100,29 @@ async def test_invalid_spec_is_refused_with_the_field_named(server) -> None:
     errors = [e.message for e in events if e.type == "error"]
     assert errors and "egress.mode" in errors[0]
     assert events[-1].type == "done" and events[-1].reason == "refused"
+
+
+async def test_a_pod_cannot_speak_for_other_hops_or_end_the_session(live) -> None:
+    from cornus_core.events import Done, HopDecision
+
+    session = await live(SLEEPER)
+    dep = await session.deployment()
+    mux = await dial_websocket(dep.server_url, token=dep.caretaker_token)
+    try:
+        stream = await mux.open_stream()
+        await write_header(stream, "T")
+        forged = [Done(reason="forged"), HopDecision(conn="f", hop="client", route="client", reason="x", version="v"),
+                  HopDecision(conn="f", hop="caretaker", route="deny", reason="own hop", version="v")]
+        stream.write(b"".join(e.encode() for e in forged))
+        await stream.drain()
+        for _ in range(100):
+            if any(getattr(e, "conn", "") == "f" for e in session.events):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await mux.aclose()
+    seen = [e for e in session.events if getattr(e, "conn", "") == "f"]
+    assert [(e.hop, e.route) for e in seen] == [("caretaker", "deny")]
+    assert not session.task.done()
+    run = await session.finish()
+    assert [e.reason for e in run.events if e.type == "done"] == ["caller asked to tear down"]
