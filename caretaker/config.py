@@ -22,7 +22,7 @@ class _Strict(BaseModel):
 
 class EgressRoleConfig(_Strict):
     mode: Literal["proxy", "transparent"] = "proxy"
-    listen_host: str = "127.0.0.1"
+    listen_host: str = "127.0.0.1"  # proxy mode; transparent mode listens on 127.0.0.1 and ::1, where capture lands
     listen_port: int = Field(15002, ge=0, le=65535)
     policy: EgressSpec = EgressSpec()  # the deployment's egress policy (mode and ports ignored here)
 

@@ -7,13 +7,18 @@ import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit
 
 from cornus_core.wire import DialError, HelloError, Mux, MuxStream, WireError, dial_websocket
+
+from .net import connect_marked
 
 log = logging.getLogger(__name__)
 
 BACKOFF_START = 0.2
 BACKOFF_MAX = 10.0
+CONNECT_TIMEOUT = 10.0
 
 
 class LinkDown(Exception):
@@ -21,11 +26,17 @@ class LinkDown(Exception):
 
 
 class ServerLink:
-    """Keeps a Mux to the server alive. `on_connect(mux)` runs after every (re)connect."""
+    """Keeps a Mux to the server alive. `on_connect(mux)` runs after every (re)connect.
 
-    def __init__(self, url: str, token: str, *, on_connect: Callable[[Mux], Awaitable[None]] | None = None) -> None:
+    With a socket `mark`, every connection to the server carries it, so that transparent capture in the
+    pod lets it by.
+    """
+
+    def __init__(self, url: str, token: str, *, on_connect: Callable[[Mux], Awaitable[None]] | None = None,
+                 mark: int | None = None) -> None:
         self.url = url
         self._token = token
+        self._mark = mark
         self._on_connect = on_connect
         self._mux: Mux | None = None
         self._up = asyncio.Event()
@@ -52,8 +63,8 @@ class ServerLink:
         delay = BACKOFF_START
         while True:
             try:
-                mux = await dial_websocket(self.url, token=self._token)
-            except (DialError, HelloError, OSError) as exc:
+                mux = await self._dial()
+            except (DialError, HelloError, OSError, TimeoutError) as exc:
                 if isinstance(exc, DialError) and exc.status in (401, 403):
                     log.error("the server refused this caretaker (HTTP %s); retrying", exc.status)
                 log.warning("server connection failed: %s; retrying in %.1f s", exc, delay)
@@ -69,6 +80,15 @@ class ServerLink:
             await mux.wait_closed()
             self._up.clear()
             log.warning("server connection lost: %s; redialing", mux.close_reason)
+
+    async def _dial(self) -> Mux:
+        extra: dict[str, Any] = {}
+        if self._mark is not None:
+            parts = urlsplit(self.url)
+            port = parts.port or (443 if parts.scheme == "wss" else 80)
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                extra["sock"] = await connect_marked(parts.hostname or "", port, self._mark)
+        return await dial_websocket(self.url, token=self._token, **extra)
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -13,12 +13,14 @@ from collections.abc import Callable
 from cornus_core.credentials import CredentialError
 from cornus_core.events import PolicyApplied
 from cornus_core.policy import PolicyError, compile_policy
+from cornus_core.proxy.transparent import CaptureError, socket_mark_from_env
 from cornus_core.spec import EgressSpec
 from cornus_core.streams import TAG_POLICY
 from cornus_core.wire import OK, Mux, Verdict, VerdictKind, WireError, read_header, write_verdict
 
 from .config import CaretakerConfig, ConfigError, load_config
 from .link import ServerLink
+from .net import check_mark
 from .roles.credential import CredentialRole
 from .roles.egress import EgressRole
 from .telemetry import Telemetry
@@ -40,7 +42,14 @@ async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
         accepting.clear()  # the previous connection's acceptor ended with it
         accepting.add(asyncio.create_task(serve_server_streams(mux, lambda: egress, telemetry)))
 
-    link = ServerLink(server_url, token, on_connect=on_connect)
+    try:
+        mark = socket_mark_from_env()
+        if mark is not None:
+            check_mark(mark)
+    except CaptureError as exc:
+        print(f"cornus-caretaker: {exc}", file=sys.stderr)
+        return 2
+    link = ServerLink(server_url, token, on_connect=on_connect, mark=mark)
     ready: dict[str, object] = {"deployment": config.deployment}
     app_env: dict[str, str] = {}
     if config.egress is not None or config.credentials:
@@ -57,12 +66,20 @@ async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
         except PolicyError as exc:
             print(f"cornus-caretaker: the egress policy does not compile: {exc}", file=sys.stderr)
             return 2
-        egress = EgressRole(policy, link, telemetry, host=config.egress.listen_host, port=config.egress.listen_port)
-        host, port = await egress.start()
+        egress = EgressRole(policy, link, telemetry, host=config.egress.listen_host,
+                            port=config.egress.listen_port, mode=config.egress.mode, mark=mark)
+        try:
+            host, port = await egress.start()
+        except OSError as exc:
+            print(f"cornus-caretaker: cannot listen for the egress role on port {config.egress.listen_port}: "
+                  f"{exc.strerror or exc}", file=sys.stderr)
+            return 1
         roles.append(egress)
         ready["egress"] = f"{host}:{port}"
         if config.egress.mode == "proxy":
             app_env.update(egress.app_env(config.egress.policy))
+        else:  # the deploying backend points the pod's capture rules at this port
+            ready["capture_port"] = port
     if config.credentials:
         credentials = CredentialRole(config.credentials, link, telemetry)
         roles.append(credentials)

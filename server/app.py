@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+from collections.abc import Collection
 from http import HTTPStatus
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -22,6 +24,8 @@ log = logging.getLogger(__name__)
 DEPLOY_ATTACH = "/.cornus/v1/deploy/attach"
 CARETAKER_ATTACH = "/.cornus/v1/caretaker/attach"
 HEALTHZ = "/healthz"
+ALL_ENDPOINTS = (DEPLOY_ATTACH, CARETAKER_ATTACH, HEALTHZ)
+CARETAKER_ENDPOINTS = (CARETAKER_ATTACH, HEALTHZ)
 
 
 def _text(status: HTTPStatus, body: str, **headers: str) -> Response:
@@ -37,15 +41,14 @@ class CornusServer:
         self.gateway = gateway or Gateway(enabled=False)
         self._advertise_url = advertise_url
         self._server: Server | None = None
+        self._extra: dict[str, Server] = {}  # url -> a listener serving some endpoints on another address
         self.registry: Registry | None = None
 
     @property
     def url(self) -> str:
         """The ws:// URL this server listens on (after start)."""
         assert self._server is not None
-        host, port = next(iter(self._server.sockets)).getsockname()[:2]
-        host = f"[{host}]" if ":" in host else host
-        return f"ws://{host}:{port}"
+        return _url_of(self._server)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         self._server = await serve(self._handle, host, port, process_request=self._check_request,
@@ -54,7 +57,29 @@ class CornusServer:
                                  caretaker_url=(self._advertise_url or self.url) + CARETAKER_ATTACH)
         return self.url
 
+    async def add_listener(self, host: str, port: int = 0, *,
+                           endpoints: Collection[str] = CARETAKER_ENDPOINTS) -> str:
+        """Serve ``endpoints`` (by default only the caretaker's) on another address as well, e.g. the
+        host end of a pod's veth, so that the pod reaches this server without reaching the caller's
+        endpoint; returns its ws:// URL. ``close_listener`` (or ``close``) stops it."""
+        if self.registry is None:
+            raise RuntimeError("start the server before adding listeners")
+        check = functools.partial(self._check_request, endpoints=frozenset(endpoints))
+        server = await serve(self._handle, host, port, process_request=check, **websocket_options())
+        url = _url_of(server)
+        self._extra[url] = server
+        return url
+
+    async def close_listener(self, url: str) -> None:
+        """Stop a listener ``add_listener`` made (and the connections it accepted); unknown URLs are fine."""
+        server = self._extra.pop(url, None)
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+
     async def close(self) -> None:
+        for url in list(self._extra):
+            await self.close_listener(url)
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -67,13 +92,14 @@ class CornusServer:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    def _check_request(self, connection: ServerConnection, request: Request, *,
+                       endpoints: Collection[str] = ALL_ENDPOINTS) -> Response | None:
         path = request.path.split("?", 1)[0]
+        if path not in endpoints:
+            return _text(HTTPStatus.NOT_FOUND, f"no endpoint {path}")
         if path == HEALTHZ:
             return _text(HTTPStatus.OK, "ok")
-        scope = {DEPLOY_ATTACH: Scope.CALLER, CARETAKER_ATTACH: Scope.CARETAKER}.get(path)
-        if scope is None:
-            return _text(HTTPStatus.NOT_FOUND, f"no endpoint {path}")
+        scope = Scope.CALLER if path == DEPLOY_ATTACH else Scope.CARETAKER
         try:
             principal = self.auth.authorize(request.headers.get("Authorization"), scope)
         except AuthError as exc:
@@ -104,6 +130,12 @@ class CornusServer:
                     await session.serve_caretaker(mux)
         finally:
             await mux.aclose(timeout=2)
+
+
+def _url_of(server: Server) -> str:
+    host, port = next(iter(server.sockets)).getsockname()[:2]
+    host = f"[{host}]" if ":" in host else host
+    return f"ws://{host}:{port}"
 
 
 async def serve_forever(server: CornusServer, host: str, port: int) -> None:

@@ -1,12 +1,16 @@
-"""The egress role: the app's proxy (HTTP + SOCKS5 on one loopback port), the first hop's decision,
-and the relay of `client`/`gateway` connections to the server."""
+"""The egress role: the app's proxy (HTTP + SOCKS5 on one loopback port) or, in transparent mode, the
+listener the pod's capture rules redirect every app TCP connection to; the first hop's decision; and the
+relay of `client`/`gateway` connections to the server."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import os
+import socket
 import time
+from typing import Literal
 
 from cornus_core.events import ConnEnd, HopDecision
 from cornus_core.policy import Destination, Policy, Route, compile_policy
@@ -15,44 +19,61 @@ from cornus_core.proxy.listener import (
     ConnectionRequest,
     ConnectionStats,
     ConnectResult,
+    ProxyListener,
     Refused,
-    start_listener,
 )
 from cornus_core.proxy.settings import app_proxy_env, cluster_no_proxy
+from cornus_core.proxy.transparent import TransparentListener
 from cornus_core.spec import EgressSpec
 from cornus_core.streams import TAG_EGRESS, EgressRequest
 from cornus_core.wire import WireError, read_verdict, write_header
 
 from ..link import LinkDown, ServerLink
+from ..net import connect_marked
 from ..telemetry import Telemetry
 
 CLUSTER_DIAL_TIMEOUT = 10.0
 VERDICT_TIMEOUT = 40.0  # the server and caller each bound their own dials below this
+# Capture redirects IPv4 to 127.0.0.1 and IPv6 to ::1, so the transparent listener binds both.
+TRANSPARENT_HOSTS = ("127.0.0.1", "::1")
+BIND_ATTEMPTS = 5  # an ephemeral IPv4 port may be taken on ::1 already: pick another
 
 
 class EgressRole:
-    def __init__(self, policy: Policy, link: ServerLink, telemetry: Telemetry, *, host: str, port: int) -> None:
+    """One listener for the app, in proxy mode (HTTP + SOCKS5 on `host:port`) or transparent mode
+    (redirected connections on 127.0.0.1 and ::1 at `port`; the host name comes from TLS SNI or HTTP
+    Host, the address from the redirect). With a socket `mark`, the role's own dials carry it."""
+
+    def __init__(self, policy: Policy, link: ServerLink, telemetry: Telemetry, *, host: str, port: int,
+                 mode: Literal["proxy", "transparent"] = "proxy", mark: int | None = None) -> None:
         self.policy = policy
         self.link = link
         self.telemetry = telemetry
+        self.mode = mode
         self._host, self._port = host, port
+        self._mark = mark
         self._ids = itertools.count(1)
         self._prefix = os.urandom(3).hex()
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
+        self._listener = ProxyListener(self.handle, on_stats=self._stats)
         self._conns: dict[int, str] = {}  # id(request) -> connection id, until its stats arrive
 
+    @property
+    def port(self) -> int:
+        """The port the app's connections arrive at (after start)."""
+        return int(self._servers[0].sockets[0].getsockname()[1])
+
     async def start(self) -> tuple[str, int]:
-        self._server, self._listener = await start_listener(
-            self.handle, host=self._host, port=self._port, on_stats=self._stats
-        )
-        host, port = self._server.sockets[0].getsockname()[:2]
+        if self.mode == "transparent":
+            self._servers = await _serve_loopback(TransparentListener(self._listener), self._port)
+        else:
+            self._servers = [await asyncio.start_server(self._listener, self._host, self._port)]
+        host, port = self._servers[0].sockets[0].getsockname()[:2]
         return host, port
 
     def app_env(self, egress: EgressSpec) -> dict[str, str]:
         """The workload's proxy variables; destinations surely routed cluster go in NO_PROXY."""
-        assert self._server is not None
-        port = self._server.sockets[0].getsockname()[1]
-        return app_proxy_env(port, cluster_no_proxy(egress.rules, egress.script))
+        return app_proxy_env(self.port, cluster_no_proxy(egress.rules, egress.script))
 
     def apply_policy(self, egress: EgressSpec) -> str:
         """Switch to a new policy (a live update); connections already routed keep their decision."""
@@ -95,12 +116,16 @@ class EgressRole:
         return Connected(stream, stream)
 
     async def _dial_cluster(self, request: ConnectionRequest) -> ConnectResult:
-        target = request.host or request.ip
+        # A captured connection goes where the app dialed; its sniffed name only informs the policy.
+        target = request.ip if request.protocol == "transparent" else request.host or request.ip
         assert target is not None
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(target, request.port), CLUSTER_DIAL_TIMEOUT
-            )
+            async with asyncio.timeout(CLUSTER_DIAL_TIMEOUT):
+                if self._mark is None:
+                    reader, writer = await asyncio.open_connection(target, request.port)
+                else:
+                    sock = await connect_marked(target, request.port, self._mark)
+                    reader, writer = await asyncio.open_connection(sock=sock)
         except TimeoutError:
             return Refused("timeout", f"connect to {request.destination} timed out")
         except OSError as exc:
@@ -119,7 +144,25 @@ class EgressRole:
         ))
 
     async def aclose(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._listener.aclose()
+        for server in self._servers:
+            server.close()
+        await self._listener.aclose()
+
+
+async def _serve_loopback(callback: TransparentListener, port: int) -> list[asyncio.Server]:
+    """Listen on 127.0.0.1 and, where the namespace has IPv6, ::1, both at `port` (0: one free port)."""
+    for _ in range(BIND_ATTEMPTS):
+        first = await asyncio.start_server(callback, TRANSPARENT_HOSTS[0], port)
+        chosen = first.sockets[0].getsockname()[1]
+        try:
+            second = await asyncio.start_server(callback, TRANSPARENT_HOSTS[1], chosen)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or not socket.has_ipv6:
+                return [first]  # no IPv6 here: nothing to capture on ::1 either
+            first.close()
+            if port or exc.errno != errno.EADDRINUSE:
+                raise
+            continue
+        return [first, second]
+    raise OSError(errno.EADDRINUSE, f"no port free on both {' and '.join(TRANSPARENT_HOSTS)}")
 

@@ -18,6 +18,10 @@ import pytest
 from server.backends.local import Pod, PodHost
 from server.backends.local.pod import is_mount_point, mounts_dir
 
+from .backend_support import deploy, local_backend, local_server, target
+
+__all__ = ["deploy", "local_backend", "local_server", "target"]  # fixtures of the backend tests
+
 TOOLS = ("ip", "nft", "nsenter", "unshare", "curl", "mount")
 
 

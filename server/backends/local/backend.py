@@ -1,0 +1,337 @@
+"""The local backend, the embedded default: every deployment runs in a pod of its own on this machine.
+
+A pod is a network namespace joined to the host by a veth, with a mount namespace of its own (see
+``pod.py``). Its caretaker starts first, inside the pod, and dials the server at the host end of the
+veth (the server's caretaker endpoint is served there for as long as the pod lives, see ``Listeners``).
+Once the caretaker says READY the workload starts beside it, with the spec's environment, the
+caretaker's ``app_env`` (proxy mode) and the spec's ``workdir``.
+
+Transparent mode: after READY the backend loads the capture rules into the pod's namespace, sending
+every app TCP connection (IPv4 and IPv6, loopback and link-local excepted) to the caretaker's port. The
+caretaker's own sockets are exempt: by its uid when a dedicated user exists on this machine (it then
+runs as that user), else by a socket mark it puts on every outbound socket (``CORNUS_SOCKET_MARK``).
+Capture keeps a well-behaved app's traffic on the policy; it is not a sandbox against a workload that
+runs as root inside the pod, which could mark its own sockets.
+
+NAT is off by default: nothing forwards or masquerades a pod's packets, so its ``cluster`` route
+reaches this host's own addresses and no further (and a name resolver elsewhere times out).
+``nat=True`` gives each pod IPv4 masquerading for its ``cluster`` egress (the uplink must also forward
+for it to leave the machine). Routes ``client`` and ``gateway`` never need it: they ride the
+caretaker's connection to the server.
+
+Teardown: the workload first, then the caretaker, then the capture rules, the server's listener on
+the veth and the pod itself (namespaces, veth, NAT table). ``start`` removes what a crashed earlier
+run of the server left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import pwd
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from cornus_core.events import Log, Status
+from cornus_core.proxy.transparent import CaptureError, install_capture, remove_capture
+
+from ..base import BackendError, Deployment
+from ..process import (
+    CARETAKER_READY_TIMEOUT,
+    INHERITED_ENV,
+    READY_PREFIX,
+    _pump_lines,
+    _stop_group,
+    workload_argv,
+)
+from ._commands import PodError
+from .addresses import DEFAULT_IPV4_RANGE, DEFAULT_IPV6_RANGE, AddressError
+from .leftovers import cleanup_leftovers
+from .naming import DEFAULT_PREFIX, NamingError
+from .pod import DEFAULT_RUN_DIR, STOP_GRACE, Pod, PodHost
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CARETAKER_USER = "cornus-caretaker"  # a dedicated system user, when the machine has one
+CARETAKER_MARK = 0x636E6374  # on the caretaker's own sockets when it runs as root: "cnct"
+LOG_DRAIN = 2.0  # how long the last lines of a stopped process may take to arrive
+
+_SETUP_ERRORS = (PodError, CaptureError, AddressError, NamingError, OSError)
+
+
+class Listeners(Protocol):
+    """Where the server serves its caretaker endpoint on another address (``CornusServer`` is one)."""
+
+    async def add_listener(self, host: str, port: int = 0) -> str:
+        """Listen on ``host`` too; return the ws:// URL of that listener."""
+        ...
+
+    async def close_listener(self, url: str) -> None: ...
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        listeners: Listeners | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        run_dir: str | Path = DEFAULT_RUN_DIR,
+        ipv4_range: str = DEFAULT_IPV4_RANGE,
+        ipv6_range: str | None = DEFAULT_IPV6_RANGE,
+        nat: bool = False,
+        caretaker_user: str | None = DEFAULT_CARETAKER_USER,
+        caretaker_argv: list[str] | None = None,
+        stop_grace: float = STOP_GRACE,
+    ) -> None:
+        """``listeners`` (the server) makes the caretaker endpoint reachable from each pod; without it the
+        deployment's own caretaker URL must already be reachable from a pod (not loopback)."""
+        self.listeners = listeners
+        self.prefix = prefix
+        self.run_dir = Path(run_dir)
+        self.nat = nat
+        self.caretaker_user = caretaker_user
+        self.stop_grace = stop_grace
+        self._ranges = (ipv4_range, ipv6_range)
+        self.caretaker_argv = caretaker_argv or [sys.executable, "-m", "caretaker"]
+        self._host: PodHost | None = None
+        self._starting = asyncio.Lock()
+
+    @property
+    def pod_host(self) -> PodHost | None:
+        """This run's pod host (names, addresses, liveness lock), once started."""
+        return self._host
+
+    async def start(self) -> list[str]:
+        """Remove the pods of crashed earlier runs (this prefix and run directory), then take this run's
+        pod names; idempotent. Returns the removed pods' names."""
+        async with self._starting:
+            if self._host is not None:
+                return []
+            removed: list[str] = []
+            try:
+                removed = await cleanup_leftovers(self.prefix, run_dir=self.run_dir)
+            except PodError as exc:  # what could not go stays for the next run; our names are fresh
+                log.warning("local backend: %s", exc)
+            if removed:
+                log.warning("local backend: removed pods a crashed run left behind: %s", ", ".join(removed))
+            try:
+                self._host = PodHost(
+                    prefix=self.prefix, run_dir=self.run_dir, ipv4_range=self._ranges[0],
+                    ipv6_range=self._ranges[1], stop_grace=self.stop_grace,
+                )
+            except (PodError, AddressError, NamingError) as exc:
+                raise BackendError(f"local pods are unavailable: {exc}") from None
+            return removed
+
+    async def close(self) -> None:
+        """Destroy every pod this run still has."""
+        if self._host is not None:
+            try:
+                await self._host.close()
+            except PodError as exc:
+                raise BackendError(str(exc)) from None
+            finally:
+                self._host = None
+
+    async def __aenter__(self) -> LocalBackend:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- the Backend protocol -------------------------------------------------------------------
+
+    async def apply(self, dep: Deployment) -> None:
+        argv = workload_argv(getattr(dep.spec, "command", None))
+        workdir = getattr(dep.spec, "workdir", None) or None
+        if workdir is not None and not os.path.isdir(workdir):
+            raise BackendError(f"the spec's workdir {workdir!r} is not a directory on this machine")
+        path = dict(getattr(dep.spec, "env", None) or {}).get("PATH", os.environ.get("PATH"))
+        _check_program(argv[0], path, workdir)
+        if self.listeners is None and _is_loopback(urlsplit(dep.server_url).hostname or ""):
+            raise BackendError(
+                f"the caretaker URL {dep.server_url} is on loopback, which a pod cannot reach "
+                "(give the local backend the server's listeners, or advertise an address of this machine)"
+            )
+        await self.start()
+        assert self._host is not None
+        try:
+            await self._apply(dep, self._host, argv, workdir)
+        except _SETUP_ERRORS as exc:
+            raise BackendError(_reason(exc)) from None
+
+    async def _apply(self, dep: Deployment, host: PodHost, argv: list[str], workdir: str | None) -> None:
+        dep.emit(Status(state="deploying", detail="creating a pod"))
+        pod = await Pod.create(host, nat=self.nat, private_mounts=True)
+        dep.state["pod"] = pod
+        dep.emit(Status(state="deploying", detail=f"pod {pod.name} at {pod.pod_ip}"))
+
+        uid = self._caretaker_uid()
+        mark = None if uid is not None else CARETAKER_MARK
+        transparent = (dep.caretaker_config.get("egress") or {}).get("mode") == "transparent"
+        base_env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+        caretaker_env = {
+            **base_env,
+            "PYTHONUNBUFFERED": "1",
+            "CORNUS_SERVER_URL": await self._server_url(dep, pod),
+            "CORNUS_CARETAKER_TOKEN": dep.caretaker_token,
+            "CORNUS_CARETAKER_CONFIG": json.dumps(dep.caretaker_config),
+        }
+        dep.emit(Status(state="deploying", detail="starting caretaker"))
+        pipe = asyncio.subprocess.PIPE
+        caretaker = await pod.spawn(
+            self.caretaker_argv, caretaker_env, cwd="/", uid=uid, mark=mark, stdout=pipe, stderr=pipe
+        )
+        dep.state["caretaker"] = caretaker
+        pumps = dep.state["pumps"] = [_pump(caretaker.stderr, dep, "caretaker", "stderr")]
+        ready = await _read_ready(caretaker, dep)
+        pumps.append(_pump(caretaker.stdout, dep, "caretaker", "stdout"))
+
+        if transparent:
+            port = ready.get("capture_port")
+            if not isinstance(port, int):
+                raise BackendError(f"the caretaker's READY line names no capture port: {ready}")
+            dep.emit(Status(state="deploying", detail=f"capturing the pod's TCP to the caretaker on port {port}"))
+            dep.state["capture"] = True
+            await install_capture(port, exempt_uid=uid, exempt_mark=mark, spawn=pod.spawn)
+
+        env = {**base_env, **dict(getattr(dep.spec, "env", None) or {}), **ready.get("app_env", {})}
+        dep.emit(Status(state="deploying", detail="starting workload"))
+        app = await pod.spawn(argv, env, cwd=workdir, stdout=pipe, stderr=pipe)
+        dep.state["app"] = app
+        dep.state["app_pumps"] = [_pump(app.stdout, dep, "app", "stdout"), _pump(app.stderr, dep, "app", "stderr")]
+
+    def _caretaker_uid(self) -> int | None:
+        """The dedicated caretaker user's uid, when this machine has that user."""
+        if not self.caretaker_user:
+            return None
+        try:
+            return pwd.getpwnam(self.caretaker_user).pw_uid
+        except KeyError:
+            return None
+
+    async def _server_url(self, dep: Deployment, pod: Pod) -> str:
+        """The caretaker URL as seen from inside ``pod``: the server's listener on the veth's host end."""
+        if self.listeners is None:
+            return dep.server_url
+        url = await self.listeners.add_listener(pod.host_ip)
+        dep.state["listener"] = url
+        return url + urlsplit(dep.server_url).path
+
+    async def wait(self, dep: Deployment) -> int:
+        app: asyncio.subprocess.Process = dep.state["app"]
+        code = await app.wait()
+        await _drain(dep.state.get("app_pumps", []))
+        return code
+
+    async def delete(self, dep: Deployment) -> None:
+        """The workload, the caretaker, the capture rules, the listener, the pod; idempotent."""
+        errors: list[str] = []
+        app = dep.state.get("app")
+        if app is not None:
+            await _stop_group(app)
+            await _drain(dep.state.get("app_pumps", []))
+        caretaker = dep.state.get("caretaker")
+        if caretaker is not None:
+            await _stop_group(caretaker)
+        pod: Pod | None = dep.state.get("pod")
+        if pod is not None and dep.state.pop("capture", False) and not pod.destroyed:
+            try:
+                await remove_capture(spawn=pod.spawn)
+            except (CaptureError, PodError) as exc:
+                errors.append(str(exc))
+        listener = dep.state.pop("listener", None)
+        if listener is not None and self.listeners is not None:
+            await self.listeners.close_listener(listener)
+        if pod is not None:
+            try:
+                await pod.destroy()
+            except PodError as exc:
+                errors.append(str(exc))
+        for pump in dep.state.pop("pumps", []) + dep.state.pop("app_pumps", []):
+            pump.cancel()
+        dep.state["deleted"] = True
+        if errors:
+            raise BackendError("; ".join(errors))
+
+    def status(self, dep: Deployment) -> str:
+        if dep.state.get("deleted"):
+            return "deleted"
+        app = dep.state.get("app")
+        if app is None:
+            return "pending"
+        return "running" if app.returncode is None else f"exited {app.returncode}"
+
+
+def _pump(stream: asyncio.StreamReader | None, dep: Deployment, source: str, name: str) -> asyncio.Task[None]:
+    return asyncio.create_task(_pump_lines(stream, dep, source, name))
+
+
+async def _drain(pumps: list[asyncio.Task[None]]) -> None:
+    """Let log pumps deliver what a finished process printed last."""
+    for pump in pumps:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(pump), LOG_DRAIN)
+
+
+async def _read_ready(caretaker: asyncio.subprocess.Process, dep: Deployment) -> dict[str, Any]:
+    """The caretaker's ``READY {json}``; lines before it become log events."""
+    assert caretaker.stdout is not None
+    stdout = caretaker.stdout
+
+    async def read() -> dict[str, Any]:
+        while line := await stdout.readline():
+            text = line.decode(errors="replace").rstrip("\n")
+            if text.startswith(READY_PREFIX):
+                try:
+                    info = json.loads(text[len(READY_PREFIX):])
+                except ValueError:
+                    info = None
+                if not isinstance(info, dict):
+                    raise BackendError(f"the caretaker's READY line is not a JSON object: {text[:200]!r}")
+                return info
+            dep.emit(Log(source="caretaker", line=text))
+        raise BackendError(f"the caretaker exited before it was ready (status {await caretaker.wait()})")
+
+    try:
+        return await asyncio.wait_for(read(), CARETAKER_READY_TIMEOUT)
+    except TimeoutError:
+        raise BackendError(f"the caretaker was not ready within {CARETAKER_READY_TIMEOUT:.0f} s") from None
+
+
+def _check_program(program: str, path: str | None, workdir: str | None) -> None:
+    """Refuse a workload program that cannot run, as the process backend does: inside the pod, nsenter
+    would only report it as an exit status. The pod's mount namespace starts as a copy of this one."""
+    if "/" in program:
+        found = os.path.join(workdir or os.getcwd(), program)
+        if not os.path.isfile(found):
+            raise BackendError(f"cannot start workload {program!r}: No such file or directory")
+        if not os.access(found, os.X_OK):
+            raise BackendError(f"cannot start workload {program!r}: Permission denied")
+    elif shutil.which(program, path=path) is None:
+        raise BackendError(f"cannot start workload {program!r}: not found on PATH {path or ''}".rstrip())
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"local pod: {exc.strerror}" + (f" ({exc.filename})" if exc.filename else "")
+    return str(exc)
