@@ -4,13 +4,18 @@ Each destination is routed differently by examples/demo.yaml:
   the developer's service -> client (the bytes leave from the caller's machine)
   an ad tracker           -> deny   (HTTP 403 from the caretaker)
   a package index         -> gateway (refused unless the server's operator enables the gateway)
-  an in-cluster service   -> cluster (dialed from the pod's own network)
+  a service in the pod    -> cluster (dialed from the pod's own network: its own loopback)
+
+The developer's service and the pod's service both live on 127.0.0.1: on the local backend the pod's
+loopback is its own, so only the policy decides which machine a connection reaches.
 """
 
 from __future__ import annotations
 
+import http.server
 import os
 import sys
+import threading
 import urllib.error
 import urllib.request
 
@@ -18,11 +23,25 @@ DESTINATIONS = [
     ("the developer's service", os.environ.get("DEMO_SERVICE_URL", "http://127.0.0.1:18080/")),
     ("an ad tracker", "http://tracker.ads.example/pixel.gif"),
     ("a package index", "http://pypi.org/simple/"),
-    ("an in-cluster service", "http://metrics.svc.cluster.local:9090/metrics"),
+    ("a service in the pod", "http://127.0.0.1:19090/metrics"),
 ]
 
 
+class PodService(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello from inside the pod\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 def main() -> int:
+    pod_service = http.server.ThreadingHTTPServer(("127.0.0.1", 19090), PodService)
+    threading.Thread(target=pod_service.serve_forever, daemon=True).start()
     proxy = os.environ.get("HTTP_PROXY")
     if not proxy:
         print("no HTTP_PROXY: run me with egress mode 'proxy'", file=sys.stderr)
