@@ -146,7 +146,7 @@ async def main() -> None:
         server_port = s.getsockname()[1]
     data_dir = f"/tmp/cornus-bench-{os.getpid()}"
     server = subprocess.Popen([sys.executable, "-m", "server.cli", "--listen", f"127.0.0.1:{server_port}",
-                               "--data-dir", data_dir], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                               "--data-dir", data_dir, "--backend", "process"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert server.stdout is not None
     server.stdout.readline()  # "listening on"
     spec = {"command": ["sh", "-c", 'echo "proxy=$HTTP_PROXY"; exec sleep 3600'],

@@ -88,7 +88,8 @@ class ServerLink:
             port = parts.port or (443 if parts.scheme == "wss" else 80)
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 extra["sock"] = await connect_marked(parts.hostname or "", port, self._mark)
-        return await dial_websocket(self.url, token=self._token, **extra)
+        # proxy=None: the pod's proxy variables point at this caretaker itself.
+        return await dial_websocket(self.url, token=self._token, proxy=None, **extra)
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Collection
@@ -136,10 +135,3 @@ def _url_of(server: Server) -> str:
     host, port = next(iter(server.sockets)).getsockname()[:2]
     host = f"[{host}]" if ":" in host else host
     return f"ws://{host}:{port}"
-
-
-async def serve_forever(server: CornusServer, host: str, port: int) -> None:
-    url = await server.start(host, port)
-    log.warning("cornus-server listening on %s", url)
-    print(f"cornus-server listening on {url}", flush=True)
-    await asyncio.Future()

@@ -9,9 +9,9 @@ import os
 import sys
 from pathlib import Path
 
-from .app import CornusServer, serve_forever
+from .app import CornusServer
 from .auth import Authenticator
-from .backends.process import ProcessBackend
+from .backends.choose import CHOICES, choose_backend, start_backend, stop_backend
 from .gateway import Gateway, GatewayConfigError
 
 
@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=os.path.expanduser("~/.local/share/cornus-server"))
     parser.add_argument("--token-file", help="file holding the caller bearer token")
     parser.add_argument("--advertise", metavar="URL", help="ws:// URL caretakers dial (default: the listen address)")
+    parser.add_argument("--backend", choices=CHOICES, default="auto",
+                        help="where workloads run: local pods (network namespaces, needs root), plain processes, "
+                        "or auto (pods when this machine allows them)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
@@ -65,15 +68,25 @@ def main(argv: list[str] | None = None) -> int:
     except GatewayConfigError as exc:
         print(f"cornus-server: {exc}", file=sys.stderr)
         return 2
-    server = CornusServer(
-        auth=Authenticator(token, _secret(Path(args.data_dir))), backend=ProcessBackend(),
-        gateway=gateway, advertise_url=args.advertise,
-    )
     try:
-        asyncio.run(serve_forever(server, host.strip("[]"), int(port_text)))
+        asyncio.run(_serve(args, token, gateway, host.strip("[]"), int(port_text)))
     except KeyboardInterrupt:
         pass
     return 0
+
+
+async def _serve(args: argparse.Namespace, token: str, gateway: Gateway, host: str, port: int) -> None:
+    backend = await choose_backend(args.backend)
+    server = CornusServer(auth=Authenticator(token, _secret(Path(args.data_dir))), backend=backend,
+                          gateway=gateway, advertise_url=args.advertise)
+    try:
+        url = await server.start(host, port)
+        await start_backend(backend, server)
+        print(f"cornus-server listening on {url} (backend {backend.name})", flush=True)
+        await asyncio.Future()
+    finally:
+        await server.close()
+        await stop_backend(backend)
 
 
 if __name__ == "__main__":

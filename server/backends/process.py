@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import Any
 
-from cornus_core.events import Log, Status
+from cornus_core.events import Error, Log, Status
 
 from .base import BackendError, Deployment
 
@@ -59,10 +59,18 @@ async def _stop_group(proc: asyncio.subprocess.Process) -> None:
 class ProcessBackend:
     name = "process"
 
-    def __init__(self, caretaker_argv: list[str] | None = None) -> None:
+    def __init__(self, caretaker_argv: list[str] | None = None, *, notice: str | None = None) -> None:
         self._caretaker_argv = caretaker_argv or [sys.executable, "-m", "caretaker"]
+        self.notice = notice  # why this backend stands in for pods: a non-fatal error in every session
 
     async def apply(self, dep: Deployment) -> None:
+        if self.notice:
+            dep.emit(Error(message=self.notice, fatal=False))
+        egress = getattr(dep.spec, "egress", None)
+        if egress is not None and egress.mode == "transparent":
+            # Nothing could capture a plain process's traffic: it would bypass the policy unnoticed.
+            raise BackendError("egress mode 'transparent' needs local pods; this server runs workloads as "
+                               "plain processes (backend process), where nothing could capture their traffic")
         argv = workload_argv(getattr(dep.spec, "command", None))
         config = json.loads(json.dumps(dep.caretaker_config))
         if "egress" in config:

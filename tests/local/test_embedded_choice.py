@@ -15,11 +15,10 @@ from cornus_core.events import Error, Event
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec
 from cornus_core.wire import DialError, dial_websocket
-from cornus_tui import runner
-from cornus_tui.runner import StandIn
 from server.app import CARETAKER_ATTACH, DEPLOY_ATTACH, CornusServer
 from server.auth import Authenticator, new_secret
 from server.backends.base import BackendError, Deployment
+from server.backends.choose import choose_backend
 from server.backends.local.backend import LocalBackend
 from server.backends.process import ProcessBackend
 from server.gateway import Gateway
@@ -30,7 +29,7 @@ NOTICE = "local pods are unavailable (test), so the workload runs as a plain pro
 
 @pytest.fixture
 async def server() -> AsyncIterator[CornusServer]:
-    srv = CornusServer(auth=Authenticator(TOKEN, new_secret()), backend=StandIn(ProcessBackend(), NOTICE),
+    srv = CornusServer(auth=Authenticator(TOKEN, new_secret()), backend=ProcessBackend(notice=NOTICE),
                        gateway=Gateway(enabled=False))
     await srv.start()
     yield srv
@@ -81,27 +80,24 @@ async def test_stand_in_refuses_transparent_mode(server: CornusServer) -> None:
 
 
 @pytest.mark.parametrize("choice", ["local", " Local "])
-async def test_cornus_backend_forces_local_pods(monkeypatch: pytest.MonkeyPatch, choice: str) -> None:
-    monkeypatch.setenv(runner.BACKEND_ENV, choice)
-    assert type(await runner._embedded_backend()) is LocalBackend
+async def test_cornus_backend_forces_local_pods(choice: str) -> None:
+    assert type(await choose_backend(choice)) is LocalBackend
 
 
-async def test_cornus_backend_forces_plain_processes_without_a_notice(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(runner.BACKEND_ENV, "process")
-    backend = await runner._embedded_backend()
-    assert isinstance(backend, StandIn) and isinstance(backend.backend, ProcessBackend)
+async def test_cornus_backend_forces_plain_processes_without_a_notice() -> None:
+    backend = await choose_backend("process")
+    assert isinstance(backend, ProcessBackend)
     assert backend.name == "process" and backend.notice is None
 
 
 async def test_unknown_cornus_backend_is_named_and_detection_decides(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv(runner.BACKEND_ENV, "docker")
-    backend = await runner._embedded_backend()
+    backend = await choose_backend("docker")
     assert backend.name in ("local", "process")
-    assert "CORNUS_BACKEND='docker' is neither process nor local" in capsys.readouterr().err
-    if isinstance(backend, StandIn):
-        assert "transparent egress and network isolation are unavailable" in backend.notice
+    assert "backend 'docker' is none of auto, local, process" in capsys.readouterr().err
+    if isinstance(backend, ProcessBackend):
+        assert backend.notice and "transparent egress and network isolation are unavailable" in backend.notice
 
 
 def deployment(spec: dict[str, object], server_url: str = "ws://127.0.0.1:9/.cornus/v1/caretaker/attach") -> Deployment:

@@ -1,0 +1,49 @@
+"""Choosing the backend for a server on this machine: local pods where root namespaces work, plain
+processes otherwise (saying what is lost), or what the operator asked for."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from .base import Backend, BackendError
+from .local import detect_isolation
+from .local.backend import Listeners, LocalBackend
+from .process import ProcessBackend
+
+NAT_ENV = "CORNUS_LOCAL_NAT"  # 1: local pods get IPv4 NAT for their own `cluster` egress (off by default)
+CHOICES = ("auto", "local", "process")
+
+
+async def choose_backend(choice: str | None) -> Backend:
+    """`local`, `process`, or (empty / `auto`) whatever this machine allows."""
+    choice = (choice or "").strip().lower()
+    nat = os.environ.get(NAT_ENV, "").strip() in ("1", "true", "yes")
+    if choice == "local":
+        return LocalBackend(nat=nat)
+    if choice == "process":
+        return ProcessBackend()
+    if choice not in ("", "auto"):
+        print(f"cornus: backend {choice!r} is none of {', '.join(CHOICES)}; choosing by what this machine allows",
+              file=sys.stderr)
+    isolation = await detect_isolation()
+    if isolation.kind == "root":
+        return LocalBackend(nat=nat)
+    why = "; ".join(isolation.failures) or isolation.reason
+    return ProcessBackend(notice=f"local pods are unavailable ({why}), so the workload runs as a plain process "
+                          "on this machine: transparent egress and network isolation are unavailable")
+
+
+async def start_backend(backend: Backend, server: Listeners) -> None:
+    """Local pods need the server to listen where pods reach it, and clean a crashed run's leftovers."""
+    if isinstance(backend, LocalBackend):
+        backend.listeners = server
+        with contextlib.suppress(BackendError):  # it fails again, with its reason, at deploy
+            await backend.start()
+
+
+async def stop_backend(backend: Backend) -> None:
+    if isinstance(backend, LocalBackend):
+        with contextlib.suppress(BackendError):
+            await backend.close()
