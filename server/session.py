@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 MAX_SPEC_LINE = 1024 * 1024
 MAX_EVENT_QUEUE = 10_000
+DOWN = "caller asked to tear down"
 # The server runs callers' PAC scripts: each in a killable worker process, so no script can stall it.
 PAC_ISOLATION: Isolation = "process"
 
@@ -149,7 +150,11 @@ class AttachSession:
         workload = asyncio.create_task(self.registry.backend.wait(dep))
         caller = asyncio.create_task(self._read_control(control))
         done, _ = await asyncio.wait({workload, caller}, return_when=asyncio.FIRST_COMPLETED)
-        if workload in done:
+        if caller in done and caller.result() != DOWN and dep.spec.detach:
+            # Detached: the workload outlives its caller (its policy never routes to it).
+            log.info("session %s: caller left; deployment %s stays detached", self.id[:8], dep.id)
+            await asyncio.wait({workload})
+        if workload.done():
             self.emit(Exit(code=workload.result()))
             reason = "workload exited"
         else:
@@ -215,7 +220,7 @@ class AttachSession:
                                 fatal=False))
                 continue
             if action == "down":
-                return "caller asked to tear down"
+                return DOWN
             if action == "policy":
                 await self._update_policy(message.get("egress"))
             else:

@@ -164,3 +164,33 @@ async def test_live_policy_update_reaches_all_three_hops(live, target: Target, t
     assert target.requests == 1
     last = [e for e in session.events if e.type == "hop"][-1]
     assert (last.hop, last.route, last.version) == ("caretaker", "deny", version)
+
+
+async def test_a_detached_deployment_outlives_its_caller(server, target: Target, tmp_path: Path) -> None:
+    from relay_support import TOKEN
+
+    from cornus_core.wire import dial_websocket, write_header
+    from server.app import DEPLOY_ATTACH
+
+    done = tmp_path / "done"
+    go = tmp_path / "go"
+    # Gateway-free, client-free policy: allowed to run detached. It keeps its cluster egress.
+    command = (f"while [ ! -e {go} ]; do sleep 0.05; done; "
+               f"{curl(f'http://127.0.0.1:{target.port}/')} > {done}")
+    spec = {"command": command, "detach": True, "egress": {"mode": "proxy", "default": "cluster"}}
+    mux = await dial_websocket(server.url + DEPLOY_ATTACH, token=TOKEN)
+    control = await mux.open_stream()
+    await write_header(control, "C")
+    control.write(json.dumps(spec).encode() + b"\n")
+    while b'"ready"' not in await control.readline():
+        pass
+    await mux.aclose()  # the caller goes away
+    await asyncio.sleep(0.5)
+    assert len(server.registry.deployments) == 1  # still deployed
+    go.write_text("")
+    for _ in range(400):
+        if not server.registry.deployments:
+            break
+        await asyncio.sleep(0.05)
+    assert not server.registry.deployments  # it ended when its workload exited
+    assert "hello from target" in done.read_text()
