@@ -231,16 +231,21 @@ class MuxStream:
             await self._wait_drained(self._mux.config.write_buffer // 2)
 
     async def _wait_drained(self, level: int) -> None:
-        if self._drain_waiter is not None:
-            raise RuntimeError(f"stream {self.id}: drain() is already being awaited")
-        self._drain_level = level
-        self._drain_waiter = self._mux._loop.create_future()
-        self._mux._drainers.add(self)
+        # Several tasks may drain one stream at once (as with asyncio's StreamWriter): they share
+        # one waiter, woken at the lowest level any of them asked for.
+        waiter = self._drain_waiter
+        if waiter is None or waiter.done():
+            self._drain_level = level
+            waiter = self._drain_waiter = self._mux._loop.create_future()
+            self._mux._drainers.add(self)
+        else:
+            self._drain_level = min(self._drain_level, level)
         try:
-            await self._drain_waiter
+            await asyncio.shield(waiter)
         finally:
-            self._drain_waiter = None
-            self._mux._drainers.discard(self)
+            if waiter.done() and self._drain_waiter is waiter:
+                self._drain_waiter = None
+                self._mux._drainers.discard(self)
         if self._write_error is not None:
             raise self._write_error
 
