@@ -62,6 +62,6 @@ def load_config(env: dict[str, str] | None = None, path: str | None = None) -> t
             token = Path(env["CORNUS_CARETAKER_TOKEN_FILE"]).read_text().strip()
         except OSError as exc:
             raise ConfigError(f"cannot read CORNUS_CARETAKER_TOKEN_FILE: {exc.strerror}") from None
-    if (config.egress is not None or config.credentials) and (not server_url or not token):
-        raise ConfigError("the egress and credential roles need CORNUS_SERVER_URL and a caretaker token")
+    if (config.egress is not None or config.credentials or config.mounts) and (not server_url or not token):
+        raise ConfigError("the egress, credential and mount roles need CORNUS_SERVER_URL and a caretaker token")
     return config, server_url, token

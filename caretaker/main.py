@@ -23,6 +23,7 @@ from .link import ServerLink
 from .net import check_mark
 from .roles.credential import CredentialRole
 from .roles.egress import EgressRole
+from .roles.mount import MountError, MountRole
 from .telemetry import Telemetry
 
 log = logging.getLogger("caretaker")
@@ -31,9 +32,20 @@ LINK_READY_TIMEOUT = 20.0
 MAX_POLICY_LINE = 1024 * 1024
 
 
+class StartError(Exception):
+    """A role could not start; the caretaker exits with `code` after undoing what did start."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+Role = EgressRole | CredentialRole | MountRole
+
+
 async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
     telemetry = Telemetry()
-    roles: list[EgressRole | CredentialRole] = []
+    roles: list[Role] = []
     egress: EgressRole | None = None
     accepting: set[asyncio.Task[None]] = set()
 
@@ -50,56 +62,76 @@ async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
         print(f"cornus-caretaker: {exc}", file=sys.stderr)
         return 2
     link = ServerLink(server_url, token, on_connect=on_connect, mark=mark)
+    try:
+        ready, egress = await start_roles(config, link, telemetry, roles, mark)
+        print(READY_PREFIX + json.dumps(ready), flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        return 0
+    except StartError as exc:
+        print(f"cornus-caretaker: {exc}", file=sys.stderr)
+        return exc.code
+    finally:
+        for role in reversed(roles):  # mounts go before the link that carries them
+            await role.aclose()
+        await link.aclose()
+
+
+async def start_roles(
+    config: CaretakerConfig, link: ServerLink, telemetry: Telemetry, roles: list[Role], mark: int | None
+) -> tuple[dict[str, object], EgressRole | None]:
+    """Start every configured role (appending it to `roles`); returns the READY report and the egress role.
+
+    The READY line is the readiness gate: the backend starts the workload only after it, so every
+    mount is live and every credential file written by then.
+    """
     ready: dict[str, object] = {"deployment": config.deployment}
     app_env: dict[str, str] = {}
-    if config.egress is not None or config.credentials:
+    egress: EgressRole | None = None
+    if config.egress is not None or config.credentials or config.mounts:
         link.start()
         try:
             await link.wait_up(LINK_READY_TIMEOUT)
         except TimeoutError:
-            print(f"cornus-caretaker: no connection to {server_url} within {LINK_READY_TIMEOUT:.0f} s",
-                  file=sys.stderr)
-            return 1
+            raise StartError(f"no connection to {link.url} within {LINK_READY_TIMEOUT:.0f} s") from None
     if config.egress is not None:
         try:
             policy = compile_policy(config.egress.policy)
         except PolicyError as exc:
-            print(f"cornus-caretaker: the egress policy does not compile: {exc}", file=sys.stderr)
-            return 2
+            raise StartError(f"the egress policy does not compile: {exc}", 2) from None
         egress = EgressRole(policy, link, telemetry, host=config.egress.listen_host,
                             port=config.egress.listen_port, mode=config.egress.mode, mark=mark)
         try:
             host, port = await egress.start()
         except OSError as exc:
-            print(f"cornus-caretaker: cannot listen for the egress role on port {config.egress.listen_port}: "
-                  f"{exc.strerror or exc}", file=sys.stderr)
-            return 1
+            raise StartError(f"cannot listen for the egress role on port {config.egress.listen_port}: "
+                             f"{exc.strerror or exc}") from None
         roles.append(egress)
         ready["egress"] = f"{host}:{port}"
         if config.egress.mode == "proxy":
             app_env.update(egress.app_env(config.egress.policy))
         else:  # the deploying backend points the pod's capture rules at this port
             ready["capture_port"] = port
+    if config.mounts:
+        mounts = MountRole(config.mounts, link, telemetry)
+        try:
+            await mounts.start()
+        except MountError as exc:
+            raise StartError(str(exc)) from None
+        roles.append(mounts)
+        ready["mounts"] = [m.target for m in config.mounts]
     if config.credentials:
         credentials = CredentialRole(config.credentials, link, telemetry)
         roles.append(credentials)
         try:
             app_env.update(await credentials.start())
         except CredentialError as exc:
-            print(f"cornus-caretaker: credentials not ready: {exc}", file=sys.stderr)
-            return 1
+            raise StartError(f"credentials not ready: {exc}") from None
     ready["app_env"] = app_env
-    print(READY_PREFIX + json.dumps(ready), flush=True)
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    for role in roles:
-        await role.aclose()
-    await link.aclose()
-    return 0
+    return ready, egress
 
 
 async def serve_server_streams(

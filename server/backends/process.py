@@ -71,6 +71,9 @@ class ProcessBackend:
             # Nothing could capture a plain process's traffic: it would bypass the policy unnoticed.
             raise BackendError("egress mode 'transparent' needs local pods; this server runs workloads as "
                                "plain processes (backend process), where nothing could capture their traffic")
+        if getattr(dep.spec, "local_mounts", None):
+            raise BackendError("client-local mounts need local pods (a private mount namespace); this server "
+                               "runs workloads as plain processes (backend process)")
         argv = workload_argv(getattr(dep.spec, "command", None))
         config = json.loads(json.dumps(dep.caretaker_config))
         if "egress" in config:

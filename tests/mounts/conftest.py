@@ -1,0 +1,3 @@
+from .mount_support import pod, server
+
+__all__ = ["pod", "server"]
