@@ -26,7 +26,7 @@ from cornus_core.events import (
     decode_event,
 )
 from cornus_core.netguard import CLIENT_REFUSED, parse_ip, refusal
-from cornus_core.ninep import Export, serve_connection
+from cornus_core.ninep import Export, StatsSnapshot, serve_connection
 from cornus_core.policy import Policy, PolicyError, Route, compile_policy
 from cornus_core.proxy.dialer import DialError, dial
 from cornus_core.proxy.settings import ProxySettings
@@ -103,6 +103,7 @@ class CallerSession:
             self.policy = None  # fail closed: every relayed connection is denied at this hop
         self.sources = SourceSet([])
         self.exports: dict[str, tuple[MountSpec, Export]] = {}
+        self._last_stats: dict[str, StatsSnapshot] = {}
         self._mux: Mux | None = None
         self._control: MuxStream | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -146,6 +147,7 @@ class CallerSession:
                     outcome.errors.append(event.message)
                 elif isinstance(event, Done):
                     outcome.reason = event.reason
+                    self._mount_stats()  # the final counts, before the session says it is done
                 self.on_event(event)
                 if isinstance(event, Done):
                     return outcome
@@ -156,7 +158,6 @@ class CallerSession:
             acceptor.cancel()
             if reporter is not None:
                 reporter.cancel()
-                self._mount_stats()
             for task in list(self._tasks):
                 task.cancel()
             await self._mux.aclose(timeout=2)
@@ -227,8 +228,12 @@ class CallerSession:
             self._mount_stats()
 
     def _mount_stats(self) -> None:
+        """Report each mount's cumulative counters, when they moved since the last report."""
         for name, (mount, export) in self.exports.items():
             snap = export.stats.snapshot()
+            if self._last_stats.get(name) == snap:
+                continue
+            self._last_stats[name] = snap
             self.on_event(MountStats(
                 name=name, source=mount.source, target=mount.target, read_only=mount.read_only,
                 ops=dict(snap.ops), bytes_read=snap.bytes_read, bytes_written=snap.bytes_written,

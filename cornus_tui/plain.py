@@ -11,7 +11,20 @@ import time
 from typing import TextIO
 
 from cornus_core.caller import CallerSession, SessionError
-from cornus_core.events import ConnEnd, Done, Error, Event, Exit, HopDecision, Log, Ready, Status
+from cornus_core.events import (
+    ConnEnd,
+    CredentialRequest,
+    Done,
+    Error,
+    Event,
+    Exit,
+    HopDecision,
+    Log,
+    MountStats,
+    PolicyApplied,
+    Ready,
+    Status,
+)
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec
 
@@ -41,6 +54,14 @@ def format_event(event: Event) -> str:
             return f"{stamp} exit {code}"
         case Done(reason=reason):
             return f"{stamp} done {reason}"
+        case MountStats(name=name, source=source, target=target, read_only=ro, ops=ops, bytes_read=read,
+                        bytes_written=written, errors=errors):
+            return (f"{stamp} mount {name} {source} -> {target} ({'ro' if ro else 'rw'}) ops={sum(ops.values())} "
+                    f"read={read} written={written} errors={errors}")
+        case CredentialRequest(name=name, delivery=delivery, cache=cache, outcome=outcome, expiration=expiry):
+            return f"{stamp} credential {name} {delivery} {cache} {outcome}" + (f" expires {expiry}" if expiry else "")
+        case PolicyApplied(hop=hop, version=version):
+            return f"{stamp} policy {hop} now {version}"
     return f"{stamp} {event.type} {json.dumps(event.to_dict())}"
 
 

@@ -59,9 +59,14 @@ async def _stop_group(proc: asyncio.subprocess.Process) -> None:
 class ProcessBackend:
     name = "process"
 
-    def __init__(self, caretaker_argv: list[str] | None = None, *, notice: str | None = None) -> None:
+    def __init__(
+        self, caretaker_argv: list[str] | None = None, *, notice: str | None = None, host_mounts: bool = False
+    ) -> None:
         self._caretaker_argv = caretaker_argv or [sys.executable, "-m", "caretaker"]
         self.notice = notice  # why this backend stands in for pods: a non-fatal error in every session
+        # Without a mount namespace a client-local mount lands on this host's own filesystem, at a path
+        # the caller chose: refused unless the operator opts in.
+        self.host_mounts = host_mounts
 
     async def apply(self, dep: Deployment) -> None:
         if self.notice:
@@ -71,7 +76,7 @@ class ProcessBackend:
             # Nothing could capture a plain process's traffic: it would bypass the policy unnoticed.
             raise BackendError("egress mode 'transparent' needs local pods; this server runs workloads as "
                                "plain processes (backend process), where nothing could capture their traffic")
-        if getattr(dep.spec, "local_mounts", None):
+        if getattr(dep.spec, "local_mounts", None) and not self.host_mounts:
             raise BackendError("client-local mounts need local pods (a private mount namespace); this server "
                                "runs workloads as plain processes (backend process)")
         argv = workload_argv(getattr(dep.spec, "command", None))

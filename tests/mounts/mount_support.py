@@ -98,7 +98,7 @@ StartPod = Callable[..., Awaitable[Pod]]
 @pytest.fixture
 async def server() -> AsyncIterator[CornusServer]:
     srv = CornusServer(auth=Authenticator(TOKEN, new_secret()),
-                       backend=ProcessBackend(caretaker_argv=PLACEHOLDER_CARETAKER),
+                       backend=ProcessBackend(caretaker_argv=PLACEHOLDER_CARETAKER, host_mounts=True),
                        gateway=Gateway(enabled=False))
     await srv.start()
     yield srv

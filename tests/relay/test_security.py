@@ -126,3 +126,9 @@ async def test_a_pod_cannot_speak_for_other_hops_or_end_the_session(live) -> Non
     assert not session.task.done()
     run = await session.finish()
     assert [e.reason for e in run.events if e.type == "done"] == ["caller asked to tear down"]
+
+
+async def test_plain_processes_refuse_client_local_mounts(deploy, tmp_path) -> None:
+    run = await deploy({"command": ["true"], "mounts": [{"source": str(tmp_path), "target": "/etc/cornus-x"}]})
+    assert run.outcome.exit_code is None
+    assert any("client-local mounts need local pods" in message for message in run.outcome.errors or [])
