@@ -73,3 +73,20 @@ async def test_source_failure_reaches_the_workload_as_an_error(deploy, tmp_path:
     assert run.outcome.exit_code == 0, run.events
     assert "status=502" in run.app_lines
     assert any("NO_SUCH_VAR_X" in line for line in run.app_lines)
+
+
+async def test_an_unmodified_aws_sdk_gets_caller_minted_keys(deploy, tmp_path: Path) -> None:
+    import sys
+
+    mint = tmp_path / "aws.sh"
+    mint.write_text('#!/bin/sh\necho \'{"values": {"AccessKeyId": "AKIDCALLER", "SecretAccessKey": "'
+                    + SECRET + '", "Token": "tok"}, "expiration": "2099-01-01T00:00:00Z"}\'\n')
+    mint.chmod(0o755)
+    probe = ("import botocore.session; c = botocore.session.get_session().get_credentials()"
+             ".get_frozen_credentials(); print('key', c.access_key, c.secret_key == '" + SECRET + "')")
+    spec = {"command": [sys.executable, "-c", probe],
+            "credentials": {"sources": [{"name": "aws", "backend": "exec", "config": {"command": [str(mint)]},
+                                         "deliver": [{"kind": "endpoint", "provider": "aws-imds"}]}]}}
+    run = await deploy(spec)
+    assert run.outcome.exit_code == 0, run.events
+    assert "key AKIDCALLER True" in run.app_lines
