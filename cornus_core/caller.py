@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -280,13 +281,23 @@ class CallerSession:
         ))
         if route is not Route.CLIENT:
             return Verdict(VerdictKind.DENY, f"caller policy: {reason} routes it {route}"), None
-        ip = parse_ip(request.host) or parse_ip(request.ip)
-        if ip is not None and not reason.startswith("rule ") and (why := refusal(ip, CLIENT_REFUSED)):
-            return Verdict(VerdictKind.DENY, f"caller does not dial {why} unless a rule names it"), None
+        scheme = request.url.partition("://")[0] if request.url else None
+        scheme = scheme if scheme in ("http", "https") else None
+        target = request.host
+        if not reason.startswith("rule ") and self.proxies.proxy_for(target, request.port, scheme) is None:
+            # A direct dial the policy did not name: check what the name resolves to here (the pod's
+            # idea of its address means nothing on this side), then dial exactly that address.
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(target, request.port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                return Verdict(VerdictKind.REFUSED, f"cannot resolve {target}: {exc.strerror or exc}"), None
+            for info in infos:
+                ip = parse_ip(str(info[4][0]))
+                if ip is not None and (why := refusal(ip, CLIENT_REFUSED)):
+                    return Verdict(VerdictKind.DENY, f"caller does not dial {why} unless a rule names it"), None
+            target = str(infos[0][4][0])
         try:
-            scheme = request.url.partition("://")[0] if request.url else None
-            streams = await dial(request.host, request.port, self.proxies, timeout=DIAL_TIMEOUT,
-                                 scheme=scheme if scheme in ("http", "https") else None)
+            streams = await dial(target, request.port, self.proxies, timeout=DIAL_TIMEOUT, scheme=scheme)
         except DialError as exc:
             kind = VerdictKind.TIMEOUT if exc.kind == "timeout" else VerdictKind.REFUSED
             return Verdict(kind, exc.reason), None

@@ -76,3 +76,12 @@ async def test_workload_exit_code_ends_the_session(deploy: Deploy) -> None:
     assert run.outcome.exit_code == 7
     assert "bye" in run.app_lines
     assert run.outcome.reason == "workload exited"
+
+
+async def test_caller_refuses_a_name_that_resolves_to_its_loopback(deploy: Deploy, target: Target) -> None:
+    # "localhost" is no IP literal: the caller resolves it itself and still refuses its own loopback.
+    command = curl(f"http://localhost:{target.port}/")
+    run = await deploy(_spec(command, [], default="client"))
+    assert "status=403" in run.app_lines
+    assert target.requests == 0
+    assert "loopback" in run.ends["client"].reason
