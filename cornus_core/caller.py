@@ -106,6 +106,7 @@ class CallerSession:
         self.exports: dict[str, tuple[MountSpec, Export]] = {}
         self._last_stats: dict[str, StatsSnapshot] = {}
         self._mux: Mux | None = None
+        self._leaving = False
         self._control: MuxStream | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -152,8 +153,14 @@ class CallerSession:
                 self.on_event(event)
                 if isinstance(event, Done):
                     return outcome
+            if self._leaving:
+                outcome.reason = "left the detached deployment running"
+                return outcome
             raise SessionError("the server ended the session without saying it was done")
         except WireError as exc:
+            if self._leaving:
+                outcome.reason = "left the detached deployment running"
+                return outcome
             raise SessionError(f"session lost: {exc}") from None
         finally:
             acceptor.cancel()
@@ -161,6 +168,12 @@ class CallerSession:
                 reporter.cancel()
             for task in list(self._tasks):
                 task.cancel()
+            await self._mux.aclose(timeout=2)
+
+    async def leave(self) -> None:
+        """Go away without tearing down: a detached deployment keeps running on the server."""
+        self._leaving = True
+        if self._mux is not None:
             await self._mux.aclose(timeout=2)
 
     async def down(self) -> None:

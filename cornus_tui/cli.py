@@ -24,6 +24,7 @@ from cornus_core.spec import (
     DEFAULT_PORT,
     EgressFlags,
     LoadedSpec,
+    PolicyCompileError,
     SpecError,
     check_deployable,
     compile_spec_policy,
@@ -41,6 +42,7 @@ PROG = "cornus-tui"
 OK = 0
 FAILED = 1  # the tool ran and what it ran failed (a PAC evaluation error)
 USAGE = 2  # bad arguments, spec, Compose file or PAC source
+POLICY = 5  # the session's egress policy does not compile
 
 SESSION_EPILOG = f"""\
 tools (run '{PROG} TOOL --help'):
@@ -61,7 +63,8 @@ examples:
 
 exit codes: the workload's own exit status when it ran (128+N when signal N ended it);
 otherwise 2 bad arguments or spec, 3 the deployment was refused or failed, 4 the session
-could not be established or was lost, 130 interrupted (after tearing the deployment down)
+could not be established or was lost, 5 the egress policy does not compile, 130 interrupted
+(after tearing the deployment down); with --exit-on-ready, 0 once it was ready
 """
 
 ROUTE_EPILOG = f"""\
@@ -315,6 +318,9 @@ def _session_main(argv: Sequence[str]) -> int:
     parser.add_argument("--plain", action="store_true", help="line-oriented output instead of the dashboard")
     parser.add_argument("--json", action="store_true", help="JSON lines (implies --plain)")
     parser.add_argument("--detach", action="store_true", help="leave the workload running without a session")
+    parser.add_argument("--exit-on-ready", action="store_true",
+                        help="exit 0 once the deployment is ready (with --detach it keeps running; without, it "
+                        "is torn down first: a readiness check); implies --plain")
     _add_egress_flags(parser, mode_help="env, proxy or transparent (replaces the file's mode)")
     args = parser.parse_args(argv)
     if args.file is None:
@@ -323,6 +329,8 @@ def _session_main(argv: Sequence[str]) -> int:
         _check_server(args.server)
         loaded = fold_local_mounts(_load(args), args.local_mount)
         check_deployable(loaded, detach=args.detach)
+    except PolicyCompileError as exc:
+        return _fail(exc, POLICY)
     except SpecError as exc:
         return _fail(exc)
     return _run_session(loaded, args)
@@ -334,8 +342,9 @@ def _run_session(loaded: LoadedSpec, args: argparse.Namespace) -> int:
     from .plain import run_plain
 
     spec = loaded.spec.model_copy(update={"detach": True}) if args.detach else loaded.spec
-    if args.plain or args.json or not sys.stdout.isatty():
-        return asyncio.run(run_plain(spec, server_url=args.server, as_json=args.json))
+    if args.plain or args.json or args.exit_on_ready or not sys.stdout.isatty():
+        return asyncio.run(run_plain(spec, server_url=args.server, as_json=args.json,
+                                     exit_on_ready=args.exit_on_ready))
     from .dashboard_run import run_dashboard
 
     pac_file = Path(args.egress_pac) if args.egress_pac else None

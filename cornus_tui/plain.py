@@ -28,7 +28,7 @@ from cornus_core.events import (
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec
 
-from .runner import EXIT_INTERRUPTED, EXIT_SESSION_LOST, exit_code, prepare_spec, session_target
+from .runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_SESSION_LOST, exit_code, prepare_spec, session_target
 
 
 def format_event(event: Event) -> str:
@@ -66,7 +66,7 @@ def format_event(event: Event) -> str:
 
 
 async def run_plain(spec: DeploySpec, *, server_url: str | None, as_json: bool = False,
-                    out: TextIO | None = None) -> int:
+                    out: TextIO | None = None, exit_on_ready: bool = False) -> int:
     """Run the session until the workload exits or Ctrl-C (then tear down); return the exit code."""
 
     stream = out or sys.stdout
@@ -77,9 +77,15 @@ async def run_plain(spec: DeploySpec, *, server_url: str | None, as_json: bool =
         flush_pending = False
         stream.flush()
 
+    ready = False
+
     def show(event: Event) -> None:
         # Lines are flushed once per event-loop turn, not once per event: busy sessions make many.
-        nonlocal flush_pending
+        nonlocal flush_pending, ready
+        if exit_on_ready and isinstance(event, Ready) and not ready:
+            ready = True
+            # Detached, leave it running; otherwise tear it down: then this was a readiness check.
+            pending.add(asyncio.ensure_future(session.leave() if spec.detach else session.down()))
         stream.write((json.dumps(event.to_dict()) if as_json else format_event(event)) + "\n")
         if not flush_pending:
             flush_pending = True
@@ -115,4 +121,6 @@ async def run_plain(spec: DeploySpec, *, server_url: str | None, as_json: bool =
                     loop.remove_signal_handler(sig)
     if interrupted:
         return EXIT_INTERRUPTED
+    if ready:
+        return EXIT_OK
     return exit_code(outcome, lambda message: print(f"cornus-tui: {message}", file=sys.stderr))

@@ -33,3 +33,13 @@ def test_headless_packages_never_import_ui() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"headless modules imported UI packages: {out.stdout.strip()}"
+
+
+def test_plain_mode_never_imports_the_ui() -> None:
+    probe = (
+        "import sys\n"
+        "import cornus_tui.cli, cornus_tui.plain, cornus_tui.runner\n"
+        f"print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {UI_PACKAGES!r})))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"--plain imported UI packages: {out.stdout.strip()}"

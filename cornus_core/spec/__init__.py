@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .checks import check_deployable, compile_spec_policy, detach_check
 from .dest import DEFAULT_PORT, DestArg, parse_dest
-from .errors import SpecError, flag_source
+from .errors import PolicyCompileError, SpecError, flag_source
 from .flags import (
     EgressFlags,
     fold_egress_flags,
@@ -55,6 +55,7 @@ __all__ = [
     "EgressSpec",
     "LoadedSpec",
     "MountSpec",
+    "PolicyCompileError",
     "RuleSpec",
     "ScriptOrigin",
     "SpecError",

@@ -6,7 +6,7 @@ import os
 
 from cornus_core.policy import Policy, PolicyError, compile_policy
 
-from .errors import SpecError
+from .errors import PolicyCompileError, SpecError
 from .load import LoadedSpec
 from .models import DeploySpec, EgressSpec
 
@@ -22,11 +22,11 @@ def compile_spec_policy(loaded: LoadedSpec, *, now_ms: int | None = None) -> Pol
     except PolicyError as exc:
         origin = loaded.script_origin
         if exc.source != "script" or origin is None:
-            raise SpecError(loaded.origin, f"the egress policy does not compile: {exc}") from None
+            raise PolicyCompileError(loaded.origin, f"the egress policy does not compile: {exc}") from None
         at = origin.locate(exc.line, exc.column)
         if at is not None:
-            raise SpecError(at, f"{origin.label} does not compile: {exc.message}") from None
-        raise SpecError(
+            raise PolicyCompileError(at, f"{origin.label} does not compile: {exc.message}") from None
+        raise PolicyCompileError(
             origin.where, f"{origin.label} does not compile: {_script_position(exc)}{exc.message}"
         ) from None
 
@@ -47,7 +47,7 @@ def detach_check(spec: DeploySpec) -> str | None:
         try:
             could = compile_policy(spec.egress).could_route_to_client()
         except PolicyError as exc:
-            raise SpecError("egress", f"the egress policy does not compile: {exc}") from None
+            raise PolicyCompileError("egress", f"the egress policy does not compile: {exc}") from None
         if could:
             reasons.append(
                 "its egress policy could route to 'client' (route only to gateway, cluster or deny)"

@@ -28,3 +28,7 @@ class SpecError(Exception):
 def flag_source(flag: str, value: str) -> str:
     """How an error names a command-line flag: ``--egress-route '*.corp=nowhere'``."""
     return f"{flag} {shlex.quote(value)}"
+
+
+class PolicyCompileError(SpecError):
+    """The spec is well formed but its egress policy does not compile (a PAC script's syntax, say)."""

@@ -122,3 +122,22 @@ def test_subcommand_names_are_dispatched_only_in_first_position(
     # 'route' after the options is not a subcommand: the main parser rejects it as an extra argument.
     code, _, err = _run(capsys, "-f", str(spec), "route")
     assert code == 2 and "unrecognized arguments: route" in err
+
+
+def test_exit_on_ready_is_a_readiness_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sleeper.yaml"
+    path.write_text('command: ["sleep", "600"]\n')
+    code, out, err = _run(capsys, "-f", str(path), "--exit-on-ready")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert any(" ready deployment=" in line for line in lines)
+    assert "done caller asked to tear down" in lines[-1]
+
+
+def test_a_policy_that_does_not_compile_exits_5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text('command: ["true"]\negress:\n  mode: proxy\n  script: |\n    function FindProxyForURL(u, h) {\n'
+                    '      return "DIRECT"\n    }}\n')
+    code, out, err = _run(capsys, "-f", str(path))
+    assert (code, out) == (5, "")
+    assert "does not compile" in err and "bad.yaml:" in err
