@@ -193,7 +193,11 @@ async def main() -> None:
         direct_rtt = await rtt(echo_port, None, 2000)
         relay_rtt = await rtt(echo_port, proxy_port, 2000)
         direct_cps = await conn_rate(echo_port, None, args.seconds)
+        cpu2 = {k: cpu_seconds(p) for k, p in procs.items()}
         relay_cps = await conn_rate(echo_port, proxy_port, args.seconds)
+        cpu3 = {k: cpu_seconds(p) for k, p in procs.items()}
+        conns = relay_cps * args.seconds
+        cpu_ms_per_conn = {k: round((cpu3[k] - cpu2[k]) * 1000 / conns, 3) for k in procs}
     finally:
         caller.terminate()
         caller.wait(30)
@@ -215,13 +219,14 @@ async def main() -> None:
         "direct_rtt_p99_us": round(pct(direct_rtt, 0.99)),
         "conn_per_s": round(relay_cps),
         "direct_conn_per_s": round(direct_cps),
+        "cpu_ms_per_conn_by_process": cpu_ms_per_conn,
     }
     print(f"throughput   relay {relay_mbps:8.1f} MB/s   direct {direct_mbps:8.1f} MB/s "
           f"({relay_mbps / direct_mbps:.2f}x)")
     print(f"cpu per GB   {cpu_per_gb}")
     print(f"rtt          relay p50 {figures['rtt_p50_us']} us p99 {figures['rtt_p99_us']} us   "
           f"direct p50 {figures['direct_rtt_p50_us']} us")
-    print(f"connections  relay {relay_cps:.0f}/s   direct {direct_cps:.0f}/s")
+    print(f"connections  relay {relay_cps:.0f}/s   direct {direct_cps:.0f}/s   CPU ms per connection {cpu_ms_per_conn}")
     print(json.dumps(figures))
 
 
