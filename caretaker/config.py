@@ -27,6 +27,15 @@ class EgressRoleConfig(_Strict):
     policy: EgressSpec = EgressSpec()  # the deployment's egress policy (mode and ports ignored here)
 
 
+class DnsRoleConfig(_Strict):
+    """The pod's resolver (transparent mode): forwards to `upstream` (IP, IP:PORT, [IPv6]:PORT), or to the
+    nameservers of /etc/resolv.conf when empty, and remembers the answers for the egress role."""
+
+    upstream: list[str] = Field(default_factory=list)
+    listen_port: int = Field(default=0, ge=0, le=65535)  # 0: any free port (capture redirects port 53 to it)
+    timeout: float = Field(default=2.0, gt=0, le=30)  # per upstream, before the next one or SERVFAIL
+
+
 class MountConfig(_Strict):
     """One client-local mount: the caller serves `name` over 9P; it appears at `target` in the pod."""
 
@@ -38,6 +47,7 @@ class MountConfig(_Strict):
 class CaretakerConfig(_Strict):
     deployment: str = ""  # for logs only
     egress: EgressRoleConfig | None = None
+    dns: DnsRoleConfig | None = None  # transparent egress starts it with defaults when absent
     credentials: list[CredentialSource] = Field(default_factory=list)  # names and deliveries, no config
     mounts: list[MountConfig] = Field(default_factory=list)
 

@@ -18,10 +18,11 @@ from cornus_core.spec import EgressSpec
 from cornus_core.streams import TAG_POLICY
 from cornus_core.wire import OK, Mux, Verdict, VerdictKind, WireError, read_header, write_verdict
 
-from .config import CaretakerConfig, ConfigError, load_config
+from .config import CaretakerConfig, ConfigError, DnsRoleConfig, load_config
 from .link import ServerLink
 from .net import check_mark
 from .roles.credential import CredentialRole
+from .roles.dns import DnsRole, UpstreamError, upstreams_from
 from .roles.egress import EgressRole
 from .roles.mount import MountError, MountRole
 from .telemetry import Telemetry
@@ -40,7 +41,7 @@ class StartError(Exception):
         self.code = code
 
 
-Role = EgressRole | CredentialRole | MountRole
+Role = EgressRole | CredentialRole | MountRole | DnsRole
 
 
 async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
@@ -97,13 +98,22 @@ async def start_roles(
             await link.wait_up(LINK_READY_TIMEOUT)
         except TimeoutError:
             raise StartError(f"no connection to {link.url} within {LINK_READY_TIMEOUT:.0f} s") from None
+    dns: DnsRole | None = None
+    dns_config = config.dns
+    if dns_config is None and config.egress is not None and config.egress.mode == "transparent":
+        dns_config = DnsRoleConfig()  # captured DNS needs a resolver here
+    if dns_config is not None:
+        dns = await start_dns(dns_config, mark)
+        roles.append(dns)
+        ready["dns_port"] = dns.port
     if config.egress is not None:
         try:
             policy = compile_policy(config.egress.policy)
         except PolicyError as exc:
             raise StartError(f"the egress policy does not compile: {exc}", 2) from None
         egress = EgressRole(policy, link, telemetry, host=config.egress.listen_host,
-                            port=config.egress.listen_port, mode=config.egress.mode, mark=mark)
+                            port=config.egress.listen_port, mode=config.egress.mode, mark=mark,
+                            names=dns.names if dns is not None else None)
         try:
             host, port = await egress.start()
         except OSError as exc:
@@ -132,6 +142,22 @@ async def start_roles(
             raise StartError(f"credentials not ready: {exc}") from None
     ready["app_env"] = app_env
     return ready, egress
+
+
+async def start_dns(config: DnsRoleConfig, mark: int | None) -> DnsRole:
+    """The pod's resolver, listening before READY so that captured DNS finds it."""
+    try:
+        dns = DnsRole(upstreams_from(config.upstream), port=config.listen_port, mark=mark, timeout=config.timeout)
+    except UpstreamError as exc:
+        raise StartError(f"the dns role: {exc}", 2) from None
+    try:
+        await dns.start()
+    except OSError as exc:
+        raise StartError(f"cannot listen for the dns role on port {config.listen_port}: "
+                         f"{exc.strerror or exc}") from None
+    if not dns.upstreams:
+        log.warning("dns role: no upstream resolver (none configured, none usable in /etc/resolv.conf)")
+    return dns
 
 
 async def serve_server_streams(

@@ -5,6 +5,7 @@ relay of `client`/`gateway` connections to the server."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import itertools
 import os
@@ -21,6 +22,7 @@ from cornus_core.proxy.listener import (
     ConnectResult,
     ProxyListener,
     Refused,
+    tcp_url,
 )
 from cornus_core.proxy.settings import app_proxy_env, cluster_no_proxy
 from cornus_core.proxy.transparent import TransparentListener
@@ -31,6 +33,7 @@ from cornus_core.wire import WireError, read_verdict, write_header
 from ..link import LinkDown, ServerLink
 from ..net import connect_marked
 from ..telemetry import Telemetry
+from .dns import NameMap
 
 CLUSTER_DIAL_TIMEOUT = 10.0
 VERDICT_TIMEOUT = 40.0  # the server and caller each bound their own dials below this
@@ -42,16 +45,19 @@ BIND_ATTEMPTS = 5  # an ephemeral IPv4 port may be taken on ::1 already: pick an
 class EgressRole:
     """One listener for the app, in proxy mode (HTTP + SOCKS5 on `host:port`) or transparent mode
     (redirected connections on 127.0.0.1 and ::1 at `port`; the host name comes from TLS SNI or HTTP
-    Host, the address from the redirect). With a socket `mark`, the role's own dials carry it."""
+    Host, the address from the redirect, or else from the name the dns role's answer gave that address).
+    With a socket `mark`, the role's own dials carry it."""
 
     def __init__(self, policy: Policy, link: ServerLink, telemetry: Telemetry, *, host: str, port: int,
-                 mode: Literal["proxy", "transparent"] = "proxy", mark: int | None = None) -> None:
+                 mode: Literal["proxy", "transparent"] = "proxy", mark: int | None = None,
+                 names: NameMap | None = None) -> None:
         self.policy = policy
         self.link = link
         self.telemetry = telemetry
         self.mode = mode
         self._host, self._port = host, port
         self._mark = mark
+        self.names = names  # transparent mode: the dns role's answers name connections that carry no name
         self._ids = itertools.count(1)
         self._prefix = os.urandom(3).hex()
         self._servers: list[asyncio.Server] = []
@@ -83,13 +89,14 @@ class EgressRole:
     async def handle(self, request: ConnectionRequest) -> ConnectResult:
         conn = f"{self._prefix}-{next(self._ids)}"
         t_ms = int(time.time() * 1000)
+        self._conns[id(request)] = conn  # the listener reports stats on the request it made
+        request = self._named(request)
         dest = Destination(host=request.host, ip=request.ip, port=request.port, url=request.url)
         decision = self.policy.route(dest, now_ms=t_ms)
         self.telemetry.emit(HopDecision(
             conn=conn, hop="caretaker", route=decision.route, reason=decision.reason, version=decision.version,
             host=request.host, ip=request.ip, port=request.port, t_ms=t_ms,
         ))
-        self._conns[id(request)] = conn
         if decision.route is Route.DENY:
             return Refused("deny", f"caretaker policy: {decision.reason}")
         if decision.route is Route.CLUSTER:
@@ -114,6 +121,15 @@ class EgressRole:
         if not verdict.ok:
             return Refused(verdict.kind.value, verdict.reason)  # type: ignore[arg-type]
         return Connected(stream, stream)
+
+    def _named(self, request: ConnectionRequest) -> ConnectionRequest:
+        """A captured connection that carries no name of its own, named by the dns role's answer."""
+        if request.protocol != "transparent" or request.host is not None or self.names is None:
+            return request
+        name = self.names.name_for(request.ip)
+        if name is None:
+            return request
+        return dataclasses.replace(request, host=name, url=tcp_url(name, request.port))
 
     async def _dial_cluster(self, request: ConnectionRequest) -> ConnectResult:
         # A captured connection goes where the app dialed; its sniffed name only informs the policy.

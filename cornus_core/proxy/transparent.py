@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Protocol
 
+from cornus_core.policy.patterns import IPNetwork, parse_pattern
 from cornus_core.proxy.listener import ConnectionRequest, ProxyListener, Refused, peer_name, tcp_url
 from cornus_core.proxy.sniff import NEED_MORE, sniff_hostname
 from cornus_core.proxy.splice import CHUNK, ByteCount
@@ -126,6 +127,8 @@ def _is_ip(text: str) -> bool:
 
 CAPTURE_TABLE = "cornus_capture"
 CAPTURE_PRIORITY = -100  # the nat output priority; this nft rejects the name "dstnat"
+UDP_FILTER_PRIORITY = 0  # the filter output priority: after the nat chain's redirects
+DNS_PORT = 53
 EXEMPT_DESTINATIONS = ("169.254.0.0/16", "fe80::/10")  # link-local: metadata services, neighbours
 SOCKET_MARK_ENV = "CORNUS_SOCKET_MARK"  # tells a process which mark its own outbound sockets carry
 NFT_TIMEOUT = 10.0
@@ -158,17 +161,26 @@ async def spawn_here(
 
 
 def capture_ruleset(
-    port: int, *, exempt_uid: int | None = None, exempt_mark: int | None = None, table: str = CAPTURE_TABLE
+    port: int,
+    *,
+    exempt_uid: int | None = None,
+    exempt_mark: int | None = None,
+    dns_port: int | None = None,
+    udp: Sequence[str] | None = None,
+    table: str = CAPTURE_TABLE,
 ) -> str:
     """nft script that (re)defines ``inet table``: all outbound TCP, IPv4 and IPv6, goes to ``port``.
 
     The redirect lands on 127.0.0.1 or ::1, so the listener binds both. Exempt, in order: loopback,
-    the listener's own sockets (its uid, its socket mark, or both), link-local destinations. Loading
-    the script replaces an older table of the same name in one transaction.
+    the listener's own sockets (its uid, its socket mark, or both), link-local destinations. With
+    ``dns_port``, DNS (UDP and TCP port 53, any address) goes there instead. With ``udp`` (the lines of
+    :func:`udp_policy`), a filter chain judges every other outbound UDP datagram by them, with the same
+    exemptions. Loading the script replaces an older table of the same name in one transaction.
     """
     _check_table(table)
-    if not 1 <= port <= 65535:
-        raise CaptureError(f"capture port {port} is outside 1..65535")
+    for what, value in (("capture", port), ("dns", dns_port)):
+        if value is not None and not 1 <= value <= 65535:
+            raise CaptureError(f"{what} port {value} is outside 1..65535")
     if exempt_uid is None and exempt_mark is None:
         raise CaptureError(
             f"capture table {table} needs an exempt uid or socket mark, or the listener's own connections loop"
@@ -177,23 +189,94 @@ def capture_ruleset(
         raise CaptureError(f"exempt uid {exempt_uid} is not a valid uid")
     if exempt_mark is not None and not 0 < exempt_mark < 2**32:
         raise CaptureError(f"exempt mark {exempt_mark} must be within 1..0xffffffff (0 marks every socket)")
-    rules = ['oifname "lo" return']
+    exempt = ['oifname "lo" return']
     if exempt_uid is not None:
-        rules.append(f"meta skuid {exempt_uid} return")
+        exempt.append(f"meta skuid {exempt_uid} return")
     if exempt_mark is not None:
-        rules.append(f"meta mark {exempt_mark:#010x} return")
+        exempt.append(f"meta mark {exempt_mark:#010x} return")
     v4, v6 = EXEMPT_DESTINATIONS
-    rules += [f"ip daddr {v4} return", f"ip6 daddr {v6} return", f"meta l4proto tcp redirect to :{port}"]
+    exempt += [f"ip daddr {v4} return", f"ip6 daddr {v6} return"]
+    nat = list(exempt)
+    if dns_port is not None:
+        nat += [f"udp dport {DNS_PORT} redirect to :{dns_port}", f"tcp dport {DNS_PORT} redirect to :{dns_port}"]
+    nat.append(f"meta l4proto tcp redirect to :{port}")
+    chains = _chain("output", f"type nat hook output priority {CAPTURE_PRIORITY}; policy accept;", nat)
+    if udp is not None:
+        filtering = ["meta l4proto != udp return", *exempt]
+        if dns_port is not None:
+            # After the nat chain, redirected DNS goes to loopback, but oifname still names the first route.
+            filtering += [f"ip daddr 127.0.0.1 udp dport {dns_port} return",
+                          f"ip6 daddr ::1 udp dport {dns_port} return"]
+        filtering += udp
+        chains += _chain("udp_output", f"type filter hook output priority {UDP_FILTER_PRIORITY}; policy accept;",
+                         filtering)
+    return f"{_drop_table(table)}table inet {table} {{\n{chains}}}\n"
+
+
+def _chain(name: str, header: str, rules: Sequence[str]) -> str:
     body = "".join(f"\t\t{rule}\n" for rule in rules)
-    return (
-        f"{_drop_table(table)}"
-        f"table inet {table} {{\n"
-        f"\tchain output {{\n"
-        f"\t\ttype nat hook output priority {CAPTURE_PRIORITY}; policy accept;\n"
-        f"{body}"
-        f"\t}}\n"
-        f"}}\n"
-    )
+    return f"\tchain {name} {{\n\t\t{header}\n{body}\t}}\n"
+
+
+class UdpRuleSource(Protocol):
+    @property
+    def pattern(self) -> str: ...
+
+    @property
+    def route(self) -> str: ...
+
+
+def udp_policy(rules: Sequence[UdpRuleSource], default: str | None, script: str | None) -> list[str]:
+    """nft rules for captured UDP (DNS aside): accepted where the policy routes its destination
+    ``cluster``, dropped everywhere else (no UDP is relayed).
+
+    UDP carries no name, so only what nft can say is compiled: the rules in order, as long as their
+    pattern is an address, a CIDR or any host (each with or without a port); consecutive port-less
+    address rules of one verdict share one anonymous set. The first rule with a name pattern ends the
+    compilation and every UDP datagram not yet accepted is dropped (the name might have matched); a PAC
+    script drops all of it. Past the last rule, the default route decides (``cluster`` unless set).
+    """
+    if script:
+        return ["drop"]
+    lines: list[str] = []
+    pending: tuple[str, str, list[IPNetwork]] | None = None  # (family, verdict, networks) of a run
+
+    def flush() -> None:
+        nonlocal pending
+        if pending is not None:
+            family, verdict, networks = pending
+            lines.append(f"{family} daddr {{ {', '.join(map(_nft_net, networks))} }} {verdict}")
+            pending = None
+
+    for rule in rules:
+        pattern = parse_pattern(rule.pattern)
+        verdict = "accept" if rule.route.strip().lower() == "cluster" else "drop"
+        port = f" udp dport {pattern.port}" if pattern.port is not None else ""
+        if pattern.kind == "glob":
+            flush()
+            return [*lines, "drop"]
+        if pattern.kind == "any":
+            flush()
+            lines.append(f"udp dport {pattern.port} {verdict}" if pattern.port is not None else verdict)
+            continue
+        network = pattern.network
+        assert network is not None
+        family = "ip" if network.version == 4 else "ip6"
+        if port:
+            flush()
+            lines.append(f"{family} daddr {_nft_net(network)}{port} {verdict}")
+        elif pending is not None and pending[:2] == (family, verdict):
+            pending[2].append(network)
+        else:
+            flush()
+            pending = (family, verdict, [network])
+    flush()
+    lines.append("accept" if (default or "cluster").strip().lower() == "cluster" else "drop")
+    return lines
+
+
+def _nft_net(network: IPNetwork) -> str:
+    return str(network.network_address) if network.prefixlen == network.max_prefixlen else str(network)
 
 
 def release_ruleset(table: str = CAPTURE_TABLE) -> str:
@@ -207,11 +290,14 @@ async def install_capture(
     *,
     exempt_uid: int | None = None,
     exempt_mark: int | None = None,
+    dns_port: int | None = None,
+    udp: Sequence[str] | None = None,
     table: str = CAPTURE_TABLE,
     spawn: Spawner = spawn_here,
 ) -> None:
     """Load the capture rules with ``nft -f -`` through ``spawn`` (e.g. a pod's)."""
-    ruleset = capture_ruleset(port, exempt_uid=exempt_uid, exempt_mark=exempt_mark, table=table)
+    ruleset = capture_ruleset(port, exempt_uid=exempt_uid, exempt_mark=exempt_mark, dns_port=dns_port,
+                              udp=udp, table=table)
     await load_nft(ruleset, spawn, what=f"capture table {table}")
 
 

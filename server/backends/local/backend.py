@@ -7,7 +7,12 @@ Once the caretaker says READY the workload starts beside it, with the spec's env
 caretaker's ``app_env`` (proxy mode) and the spec's ``workdir``.
 
 Transparent mode: after READY the backend loads the capture rules into the pod's namespace, sending
-every app TCP connection (IPv4 and IPv6, loopback and link-local excepted) to the caretaker's port. The
+every app TCP connection (IPv4 and IPv6, loopback and link-local excepted) to the caretaker's port, and
+the app's DNS (UDP and TCP port 53) to the caretaker's resolver (its dns role, which forwards to
+``dns_upstream`` or the nameservers of /etc/resolv.conf). Other UDP is dropped unless the deployed policy
+routes its address ``cluster`` (see ``udp_policy``: name rules and PAC scripts cannot be said in nft, so
+from the first of them on UDP is dropped; live policy updates do not change these UDP rules). The
+workload starts only after the rules are loaded, and the caretaker listens before it says READY. The
 caretaker's own sockets are exempt: by its uid when a dedicated user exists on this machine (it then
 runs as that user), else by a socket mark it puts on every outbound socket (``CORNUS_SOCKET_MARK``).
 Capture keeps a well-behaved app's traffic on the policy; it is not a sandbox against a workload that
@@ -15,7 +20,8 @@ runs as root inside the pod, which could mark its own sockets.
 
 NAT is off by default: nothing forwards or masquerades a pod's packets, so its ``cluster`` route
 reaches this host's own addresses and no further (and a name resolver elsewhere times out).
-``nat=True`` gives each pod IPv4 masquerading for its ``cluster`` egress (the uplink must also forward
+``pod_setup`` runs on each new pod before its caretaker starts, e.g. to join it to another network
+(a second link and routes into a cluster network of its own). ``nat=True`` gives each pod IPv4 masquerading for its ``cluster`` egress (the uplink must also forward
 for it to leave the machine). Routes ``client`` and ``gateway`` never need it: they ride the
 caretaker's connection to the server.
 
@@ -35,12 +41,14 @@ import os
 import pwd
 import shutil
 import sys
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from cornus_core.events import Log, Status
-from cornus_core.proxy.transparent import CaptureError, install_capture, remove_capture
+from cornus_core.proxy.transparent import CaptureError, install_capture, remove_capture, udp_policy
+from cornus_core.spec import EgressSpec
 
 from ..base import BackendError, Deployment
 from ..process import (
@@ -91,15 +99,22 @@ class LocalBackend:
         caretaker_user: str | None = DEFAULT_CARETAKER_USER,
         caretaker_argv: list[str] | None = None,
         stop_grace: float = STOP_GRACE,
+        dns_upstream: Sequence[str] = (),
+        pod_setup: Callable[[Pod], Awaitable[None]] | None = None,
     ) -> None:
         """``listeners`` (the server) makes the caretaker endpoint reachable from each pod; without it the
-        deployment's own caretaker URL must already be reachable from a pod (not loopback)."""
+        deployment's own caretaker URL must already be reachable from a pod (not loopback). ``dns_upstream``
+        names the resolvers a transparent pod's DNS is forwarded to (``IP``, ``IP:PORT``, ``[IPv6]:PORT``;
+        default: this machine's /etc/resolv.conf). ``pod_setup(pod)`` runs on every new pod before its
+        caretaker starts; what it adds inside the pod's namespace goes with the pod."""
         self.listeners = listeners
         self.prefix = prefix
         self.run_dir = Path(run_dir)
         self.nat = nat
         self.caretaker_user = caretaker_user
         self.stop_grace = stop_grace
+        self.dns_upstream = list(dns_upstream)
+        self.pod_setup = pod_setup
         self._ranges = (ipv4_range, ipv6_range)
         self.caretaker_argv = caretaker_argv or [sys.executable, "-m", "caretaker"]
         self._host: PodHost | None = None
@@ -175,17 +190,22 @@ class LocalBackend:
         pod = await Pod.create(host, nat=self.nat, private_mounts=True)
         dep.state["pod"] = pod
         dep.emit(Status(state="deploying", detail=f"pod {pod.name} at {pod.pod_ip}"))
+        if self.pod_setup is not None:
+            await self.pod_setup(pod)
 
         uid = self._caretaker_uid()
         mark = None if uid is not None else CARETAKER_MARK
-        transparent = (dep.caretaker_config.get("egress") or {}).get("mode") == "transparent"
+        config = dict(dep.caretaker_config)
+        transparent = (config.get("egress") or {}).get("mode") == "transparent"
+        if transparent and self.dns_upstream:
+            config["dns"] = {**(config.get("dns") or {}), "upstream": self.dns_upstream}
         base_env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
         caretaker_env = {
             **base_env,
             "PYTHONUNBUFFERED": "1",
             "CORNUS_SERVER_URL": await self._server_url(dep, pod),
             "CORNUS_CARETAKER_TOKEN": dep.caretaker_token,
-            "CORNUS_CARETAKER_CONFIG": json.dumps(dep.caretaker_config),
+            "CORNUS_CARETAKER_CONFIG": json.dumps(config),
         }
         dep.emit(Status(state="deploying", detail="starting caretaker"))
         pipe = asyncio.subprocess.PIPE
@@ -198,12 +218,16 @@ class LocalBackend:
         pumps.append(_pump(caretaker.stdout, dep, "caretaker", "stdout"))
 
         if transparent:
-            port = ready.get("capture_port")
-            if not isinstance(port, int):
-                raise BackendError(f"the caretaker's READY line names no capture port: {ready}")
-            dep.emit(Status(state="deploying", detail=f"capturing the pod's TCP to the caretaker on port {port}"))
+            port, dns_port = ready.get("capture_port"), ready.get("dns_port")
+            if not isinstance(port, int) or not isinstance(dns_port, int):
+                raise BackendError(f"the caretaker's READY line names no capture and dns ports: {ready}")
+            egress = getattr(dep.spec, "egress", None) or EgressSpec()
+            udp = udp_policy(egress.rules, egress.default, egress.script)
+            dep.emit(Status(state="deploying", detail=f"capturing the pod's TCP to the caretaker on port {port}, "
+                                                      f"its DNS to port {dns_port}"))
             dep.state["capture"] = True
-            await install_capture(port, exempt_uid=uid, exempt_mark=mark, spawn=pod.spawn)
+            await install_capture(port, exempt_uid=uid, exempt_mark=mark, dns_port=dns_port, udp=udp,
+                                  spawn=pod.spawn)
 
         env = {**base_env, **dict(getattr(dep.spec, "env", None) or {}), **ready.get("app_env", {})}
         dep.emit(Status(state="deploying", detail="starting workload"))
