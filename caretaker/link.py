@@ -8,7 +8,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from cornus_core.wire import DialError, HelloError, Mux, MuxStream, WireError, dial_websocket
 
@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 BACKOFF_START = 0.2
 BACKOFF_MAX = 10.0
 CONNECT_TIMEOUT = 10.0
+UNIX_SCHEME = "ws+unix"  # ws+unix://<socket path, percent-encoded>/<request path>
 
 
 class LinkDown(Exception):
@@ -29,7 +30,8 @@ class ServerLink:
     """Keeps a Mux to the server alive. `on_connect(mux)` runs after every (re)connect.
 
     With a socket `mark`, every connection to the server carries it, so that transparent capture in the
-    pod lets it by.
+    pod lets it by. A ``ws+unix://`` URL names a unix socket instead (a pod with no network path to the
+    server); capture never sees those, so they need no mark.
     """
 
     def __init__(self, url: str, token: str, *, on_connect: Callable[[Mux], Awaitable[None]] | None = None,
@@ -83,8 +85,12 @@ class ServerLink:
 
     async def _dial(self) -> Mux:
         extra: dict[str, Any] = {}
+        parts = urlsplit(self.url)
+        if parts.scheme == UNIX_SCHEME:
+            path = unquote(parts.netloc)
+            return await dial_websocket(f"ws://localhost{parts.path or '/'}", token=self._token, proxy=None,
+                                        unix_path=path)
         if self._mark is not None:
-            parts = urlsplit(self.url)
             port = parts.port or (443 if parts.scheme == "wss" else 80)
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 extra["sock"] = await connect_marked(parts.hostname or "", port, self._mark)

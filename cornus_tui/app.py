@@ -52,7 +52,7 @@ class SessionController(Protocol):
 class AppConfig:
     pac_file: Path | None = None  # the PAC file the editor opens and watches
     samples: tuple[str, ...] = ()  # sample destinations for the PAC preview (host[:port][@ip])
-    refresh_hz: float = 5.0  # how often panels pull from the stores
+    refresh_hz: float = 10.0  # how often panels pull from the stores (bench/tui.py: 10 Hz keeps >= 10 fps)
     keymap: Path | None = field(default_factory=default_keymap_path)  # None: no user keymap
     utc: bool = False  # show connection times in UTC instead of local time
     preview_debounce_s: float = 0.15

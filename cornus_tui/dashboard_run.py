@@ -13,9 +13,10 @@ from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec, EgressSpec
 from cornus_core.stores import Stores
 
-from .runner import EXIT_SESSION_LOST, exit_code, prepare_spec, session_target
+from .runner import EXIT_OK, EXIT_SESSION_LOST, exit_code, prepare_spec, session_target
 
 TEARDOWN_TIMEOUT = 60.0
+DOWN_REASON = "caller asked to tear down"  # the server's word for a teardown the caller asked for
 
 
 class LiveController:
@@ -61,4 +62,6 @@ async def run_dashboard(spec: DeploySpec, *, server_url: str | None, pac_file: P
     if outcome is None:
         return EXIT_SESSION_LOST
     print(f"cornus-tui: session done ({outcome.reason or 'ended'})")
+    if outcome.exit_code is None and not outcome.errors and outcome.reason == DOWN_REASON:
+        return EXIT_OK  # the user quit: the teardown they asked for is a success
     return exit_code(outcome, lambda message: print(f"cornus-tui: {message}"))

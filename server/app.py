@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 from collections.abc import Collection
 from http import HTTPStatus
+from urllib.parse import quote, unquote
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection, serve, unix_serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
@@ -69,12 +72,32 @@ class CornusServer:
         self._extra[url] = server
         return url
 
+    async def add_unix_listener(self, path: str, *, endpoints: Collection[str] = CARETAKER_ENDPOINTS) -> str:
+        """Serve ``endpoints`` (by default only the caretaker's) on the unix socket ``path`` as well, for a
+        pod with no network path to this server but the same filesystem (a user-namespace pod). The socket
+        is made accessible to its owner only. Returns ``ws+unix://<path, percent-encoded>``, the form the
+        caretaker dials; ``close_listener`` stops it and removes the socket."""
+        if self.registry is None:
+            raise RuntimeError("start the server before adding listeners")
+        check = functools.partial(self._check_request, endpoints=frozenset(endpoints))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a stale socket of a crashed run
+        server = await unix_serve(self._handle, path, process_request=check, **websocket_options())
+        os.chmod(path, 0o600)
+        url = unix_url(path)
+        self._extra[url] = server
+        return url
+
     async def close_listener(self, url: str) -> None:
-        """Stop a listener ``add_listener`` made (and the connections it accepted); unknown URLs are fine."""
+        """Stop a listener ``add_listener`` or ``add_unix_listener`` made (and the connections it
+        accepted); unknown URLs are fine."""
         server = self._extra.pop(url, None)
         if server is not None:
             server.close()
             await server.wait_closed()
+            if url.startswith(UNIX_SCHEME):
+                with contextlib.suppress(OSError):
+                    os.unlink(_unix_path(url))
 
     async def close(self) -> None:
         for url in list(self._extra):
@@ -129,6 +152,18 @@ class CornusServer:
                     await session.serve_caretaker(mux)
         finally:
             await mux.aclose(timeout=2)
+
+
+UNIX_SCHEME = "ws+unix://"
+
+
+def unix_url(path: str) -> str:
+    """The URL of a unix-socket listener: ``ws+unix://`` and the socket path with every ``/`` encoded."""
+    return UNIX_SCHEME + quote(path, safe="")
+
+
+def _unix_path(url: str) -> str:
+    return unquote(url[len(UNIX_SCHEME):])
 
 
 def _url_of(server: Server) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection, connect, unix_connect
 from websockets.asyncio.connection import Connection
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosedOK, InvalidHandshake, InvalidStatus, InvalidURI
@@ -63,6 +63,7 @@ async def dial_websocket(
     hello: Hello | None = None,
     config: MuxConfig | None = None,
     open_timeout: float = 10.0,
+    unix_path: str | None = None,
     **connect_kwargs: Any,
 ) -> Mux:
     """Connect to ``url``, exchange hellos and return the client-side :class:`Mux`.
@@ -70,19 +71,24 @@ async def dial_websocket(
     ``token`` is sent as ``Authorization: Bearer``. Extra ``connect_kwargs`` go to
     ``websockets.asyncio.client.connect`` (``ssl``, ``proxy``, ...). Failing to connect raises
     :class:`DialError` (with the HTTP status when the server refused the upgrade); an incompatible
-    peer raises :class:`HelloError`.
+    peer raises :class:`HelloError`. With ``unix_path`` the connection goes to that unix socket instead
+    of ``url``'s host and port (``url`` still gives the request path).
     """
     extra = dict(headers or {})
     if token:
         extra["Authorization"] = f"Bearer {token}"
     options = websocket_options(config) | {"open_timeout": open_timeout} | connect_kwargs
     try:
-        ws: ClientConnection = await connect(url, additional_headers=extra, **options)
+        if unix_path is not None:
+            ws: ClientConnection = await unix_connect(unix_path, url, additional_headers=extra, **options)
+        else:
+            ws = await connect(url, additional_headers=extra, **options)
     except InvalidStatus as exc:
         status = exc.response.status_code
         raise DialError(f"{url}: server refused the WebSocket upgrade with HTTP {status}", status) from exc
     except (InvalidHandshake, InvalidURI, OSError, TimeoutError) as exc:
-        raise DialError(f"{url}: could not connect: {type(exc).__name__}: {exc}") from exc
+        where = f"{url} via unix socket {unix_path}" if unix_path is not None else url
+        raise DialError(f"{where}: could not connect: {type(exc).__name__}: {exc}") from exc
     try:
         return await open_mux(WebSocketTransport(ws), client=True, hello=hello, config=config)
     except BaseException:

@@ -6,6 +6,7 @@ its store's version moved; ``space`` pauses that (the stores keep counting).
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
@@ -13,13 +14,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Label, TabbedContent, TabPane
+from textual.widgets import Input, Label, TabbedContent, TabPane
 
 from cornus_core.stores import ConnectionRow, Stores, filter_rows
 
 from ..keymap import BINDING_IDS
 from ..widgets.connections import ConnectionDetail, ConnectionHeader, ConnectionView
 from ..widgets.credentials import CredentialsPanel
+from ..widgets.footer import Footer
 from ..widgets.mounts import MountsPanel
 from ..widgets.session import SessionPanel
 from ..widgets.status_bar import StatusBar
@@ -28,6 +30,18 @@ if TYPE_CHECKING:
     from ..app import CornusApp
 
 PANELS = ("connections", "mounts", "credentials", "session")
+_frozen = False
+
+
+def _freeze_what_is_loaded() -> None:
+    """Once per process: keep what is loaded by now (modules, the app, the session) out of the collector's
+    full passes. They live as long as the process anyway; with a busy stream a full pass otherwise walks
+    all of them every second or two and stalls keys by tens of milliseconds."""
+    global _frozen
+    if not _frozen:
+        _frozen = True
+        gc.collect()
+        gc.freeze()
 
 
 class DashboardScreen(Screen[None]):
@@ -76,6 +90,7 @@ class DashboardScreen(Screen[None]):
         self._rows: list[ConnectionRow] = []
         self._rows_version = -1
         self._conn_seen: tuple[int, str] | None = None
+        self._count = ""  # "shown of held", drawn in the filter bar while it is open
 
     @property
     def cornus(self) -> CornusApp:
@@ -107,6 +122,7 @@ class DashboardScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        _freeze_what_is_loaded()
         self.query_one(ConnectionView).focus()
         self.sync()
         self.set_interval(1 / self.refresh_hz, self.sync, name="pull stores")
@@ -144,8 +160,15 @@ class DashboardScreen(Screen[None]):
         rows = self._rows
         shown = filter_rows(rows, self.needle) if self.needle else rows
         view.show(shown)
-        self.query_one("#filter-count", Label).update(f"{len(shown)} of {len(rows)}")
+        self._count = f"{len(shown)} of {len(rows)}"
+        self._show_count()
         self.query_one(ConnectionDetail).show_row(view.selected)
+
+    def _show_count(self) -> None:
+        """Only while the filter bar is open, only when it changed: an update costs a layout of the screen."""
+        label = self.query_one("#filter-count", Label)
+        if self.query_one("#filter-bar").has_class("-open") and label.content != self._count:
+            label.update(self._count)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self.sync(force=True)
@@ -167,6 +190,7 @@ class DashboardScreen(Screen[None]):
     def action_filter(self) -> None:
         self.action_panel("connections")
         self.query_one("#filter-bar").add_class("-open")
+        self._show_count()
         self.query_one("#filter", Input).focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:

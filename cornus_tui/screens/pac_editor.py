@@ -24,7 +24,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Input, Static, TextArea
+from textual.widgets import Input, Static, TextArea
 from watchfiles import awatch
 
 from cornus_core.policy import Destination, PolicyError, compile_policy
@@ -33,6 +33,7 @@ from cornus_core.stores import Stores
 
 from ..keymap import BINDING_IDS
 from ..widgets.colours import DIM
+from ..widgets.footer import Footer
 from ..widgets.preview import (
     Preview,
     PreviewTable,

@@ -252,12 +252,15 @@ class ConnectionDetail(Static):
         super().__init__(id=id)
         self.utc = utc
         self.row: ConnectionRow | None = None
+        self._drawn = False  # whether what is drawn is ``row``
 
     def show_row(self, row: ConnectionRow | None) -> None:
-        if row is self.row:
-            return
-        self.row = row
-        self.update(detail_renderable(row, utc=self.utc))
+        """Follow ``row``; drawn only while the detail is open (an update costs a layout of the screen)."""
+        if row is not self.row:
+            self.row, self._drawn = row, False
+        if not self._drawn and self.has_class("-open"):
+            self._drawn = True
+            self.update(detail_renderable(row, utc=self.utc))
 
 
 def detail_renderable(row: ConnectionRow | None, *, utc: bool = False) -> RenderableType:

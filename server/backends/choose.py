@@ -1,5 +1,6 @@
-"""Choosing the backend for a server on this machine: local pods where root namespaces work, plain
-processes otherwise (saying what is lost), or what the operator asked for."""
+"""Choosing the backend for a server on this machine: local pods where root namespaces work, user-namespace
+pods where only those work, plain processes otherwise (saying what is lost in each fallback), or what the
+operator asked for."""
 
 from __future__ import annotations
 
@@ -30,9 +31,20 @@ async def choose_backend(choice: str | None) -> Backend:
     isolation = await detect_isolation()
     if isolation.kind == "root":
         return LocalBackend(nat=nat)
+    if isolation.kind == "userns":
+        return LocalBackend(rootless=True, notice=rootless_notice(isolation.failures, nat=nat))
     why = "; ".join(isolation.failures) or isolation.reason
     return ProcessBackend(notice=f"local pods are unavailable ({why}), so the workload runs as a plain process "
                           "on this machine: transparent egress and network isolation are unavailable")
+
+
+def rootless_notice(failures: tuple[str, ...], *, nat: bool) -> str:
+    """What a session on user-namespace pods is told it lacks."""
+    why = "; ".join(failures) or "root pods are unavailable"
+    return (f"local pods run in user namespaces ({why}): the pod has no link to this machine's network, so "
+            "`cluster` egress reaches only what the pod's own loopback serves (NAT needs root"
+            + (f", so {NAT_ENV} is ignored" if nat else "")
+            + "); `client` egress and transparent capture work, the caretaker being exempt by socket mark")
 
 
 async def start_backend(backend: Backend, server: Listeners) -> None:

@@ -1,5 +1,5 @@
-"""The local backend's building blocks: pods as network (and mount) namespaces on this machine, their
-leftovers after a crash, and what isolation this machine allows."""
+"""The local backend's building blocks: pods as network (and mount) namespaces on this machine (user
+namespaces without root), their leftovers after a crash, and what isolation this machine allows."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from .isolation import Isolation, detect_isolation
 from .leftovers import cleanup_leftovers
 from .naming import DEFAULT_PREFIX, NamingError
 from .pod import DEFAULT_RUN_DIR, Pod, PodHost
+from .rootless import RootlessPod
 
 __all__ = [
     "DEFAULT_IPV4_RANGE",
@@ -22,6 +23,7 @@ __all__ = [
     "PodAddresses",
     "PodError",
     "PodHost",
+    "RootlessPod",
     "cleanup_leftovers",
     "detect_isolation",
 ]

@@ -25,6 +25,11 @@ reaches this host's own addresses and no further (and a name resolver elsewhere 
 for it to leave the machine). Routes ``client`` and ``gateway`` never need it: they ride the
 caretaker's connection to the server.
 
+Without root (``rootless=True``, see ``rootless.py``): the pod is a user namespace with network and mount
+namespaces of its own, the caretaker dials the server's listener on a unix socket in the run directory,
+is exempt from capture by socket mark (the pod has one uid), and ``cluster`` egress reaches only the
+pod's own loopback. Client-local mounts need /dev/fuse open to the server's user; else they are refused.
+
 Teardown: the workload first, then the caretaker, then the capture rules, the server's listener on
 the veth and the pod itself (namespaces, veth, NAT table). ``start`` removes what a crashed earlier
 run of the server left behind.
@@ -46,7 +51,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from cornus_core.events import Log, Status
+from cornus_core.events import Error, Log, Status
 from cornus_core.proxy.transparent import CaptureError, install_capture, remove_capture, udp_policy
 from cornus_core.spec import EgressSpec
 
@@ -64,6 +69,7 @@ from .addresses import DEFAULT_IPV4_RANGE, DEFAULT_IPV6_RANGE, AddressError
 from .leftovers import cleanup_leftovers
 from .naming import DEFAULT_PREFIX, NamingError
 from .pod import DEFAULT_RUN_DIR, STOP_GRACE, Pod, PodHost
+from .rootless import RootlessPod, fuse_unusable, rootless_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +87,10 @@ class Listeners(Protocol):
         """Listen on ``host`` too; return the ws:// URL of that listener."""
         ...
 
+    async def add_unix_listener(self, path: str) -> str:
+        """Listen on the unix socket ``path`` too; return the ws+unix:// URL of that listener."""
+        ...
+
     async def close_listener(self, url: str) -> None: ...
 
 
@@ -92,7 +102,7 @@ class LocalBackend:
         *,
         listeners: Listeners | None = None,
         prefix: str = DEFAULT_PREFIX,
-        run_dir: str | Path = DEFAULT_RUN_DIR,
+        run_dir: str | Path | None = None,
         ipv4_range: str = DEFAULT_IPV4_RANGE,
         ipv6_range: str | None = DEFAULT_IPV6_RANGE,
         nat: bool = False,
@@ -100,16 +110,29 @@ class LocalBackend:
         caretaker_argv: list[str] | None = None,
         stop_grace: float = STOP_GRACE,
         dns_upstream: Sequence[str] = (),
-        pod_setup: Callable[[Pod], Awaitable[None]] | None = None,
+        pod_setup: Callable[[Pod | RootlessPod], Awaitable[None]] | None = None,
+        rootless: bool = False,
+        notice: str | None = None,
     ) -> None:
         """``listeners`` (the server) makes the caretaker endpoint reachable from each pod; without it the
         deployment's own caretaker URL must already be reachable from a pod (not loopback). ``dns_upstream``
         names the resolvers a transparent pod's DNS is forwarded to (``IP``, ``IP:PORT``, ``[IPv6]:PORT``;
         default: this machine's /etc/resolv.conf). ``pod_setup(pod)`` runs on every new pod before its
-        caretaker starts; what it adds inside the pod's namespace goes with the pod."""
+        caretaker starts; what it adds inside the pod's namespace goes with the pod.
+
+        ``rootless`` makes user-namespace pods (see ``rootless.py``) instead, which need no root: the
+        caretaker reaches the server through a unix socket (so ``listeners`` is required), runs exempt by
+        socket mark, and ``cluster`` egress reaches only the pod's own loopback (no NAT is possible).
+        ``notice`` (what such pods lack) becomes a non-fatal error in every session. ``run_dir``
+        defaults to /run/cornus, or for rootless pods without root a directory of this user's own."""
+        if rootless and nat:
+            raise BackendError("user-namespace pods cannot have NAT: masquerading needs root on this machine")
         self.listeners = listeners
         self.prefix = prefix
-        self.run_dir = Path(run_dir)
+        self.rootless = rootless
+        self.notice = notice
+        self.run_dir = Path(run_dir) if run_dir is not None else (
+            rootless_run_dir() if rootless else DEFAULT_RUN_DIR)
         self.nat = nat
         self.caretaker_user = caretaker_user
         self.stop_grace = stop_grace
@@ -173,13 +196,17 @@ class LocalBackend:
             raise BackendError(f"the spec's workdir {workdir!r} is not a directory on this machine")
         path = dict(getattr(dep.spec, "env", None) or {}).get("PATH", os.environ.get("PATH"))
         _check_program(argv[0], path, workdir)
-        if self.listeners is None and _is_loopback(urlsplit(dep.server_url).hostname or ""):
+        if self.rootless:
+            self._check_rootless(dep)
+        elif self.listeners is None and _is_loopback(urlsplit(dep.server_url).hostname or ""):
             raise BackendError(
                 f"the caretaker URL {dep.server_url} is on loopback, which a pod cannot reach "
                 "(give the local backend the server's listeners, or advertise an address of this machine)"
             )
         await self.start()
         assert self._host is not None
+        if self.notice:
+            dep.emit(Error(message=self.notice, fatal=False))
         try:
             await self._apply(dep, self._host, argv, workdir)
         except _SETUP_ERRORS as exc:
@@ -187,13 +214,17 @@ class LocalBackend:
 
     async def _apply(self, dep: Deployment, host: PodHost, argv: list[str], workdir: str | None) -> None:
         dep.emit(Status(state="deploying", detail="creating a pod"))
-        pod = await Pod.create(host, nat=self.nat, private_mounts=True)
+        pod: Pod | RootlessPod
+        if self.rootless:
+            pod = await RootlessPod.create(host)
+        else:
+            pod = await Pod.create(host, nat=self.nat, private_mounts=True)
         dep.state["pod"] = pod
         dep.emit(Status(state="deploying", detail=f"pod {pod.name} at {pod.pod_ip}"))
         if self.pod_setup is not None:
             await self.pod_setup(pod)
 
-        uid = self._caretaker_uid()
+        uid = None if self.rootless else self._caretaker_uid()
         mark = None if uid is not None else CARETAKER_MARK
         config = dict(dep.caretaker_config)
         transparent = (config.get("egress") or {}).get("mode") == "transparent"
@@ -235,6 +266,14 @@ class LocalBackend:
         dep.state["app"] = app
         dep.state["app_pumps"] = [_pump(app.stdout, dep, "app", "stdout"), _pump(app.stderr, dep, "app", "stderr")]
 
+    def _check_rootless(self, dep: Deployment) -> None:
+        """What a user-namespace pod cannot do, refused before one is made."""
+        if self.listeners is None:
+            raise BackendError("a user-namespace pod reaches the server only through a unix socket the server "
+                               "listens on: give the local backend the server's listeners")
+        if getattr(dep.spec, "mounts", None) and (why := fuse_unusable()):
+            raise BackendError(f"client-local mounts are unavailable in user-namespace pods here: {why}")
+
     def _caretaker_uid(self) -> int | None:
         """The dedicated caretaker user's uid, when this machine has that user."""
         if not self.caretaker_user:
@@ -244,11 +283,15 @@ class LocalBackend:
         except KeyError:
             return None
 
-    async def _server_url(self, dep: Deployment, pod: Pod) -> str:
-        """The caretaker URL as seen from inside ``pod``: the server's listener on the veth's host end."""
+    async def _server_url(self, dep: Deployment, pod: Pod | RootlessPod) -> str:
+        """The caretaker URL as seen from inside ``pod``: the server's listener on the veth's host end, or
+        on a unix socket in the run directory for a user-namespace pod."""
         if self.listeners is None:
             return dep.server_url
-        url = await self.listeners.add_listener(pod.host_ip)
+        if isinstance(pod, RootlessPod):
+            url = await self.listeners.add_unix_listener(str(pod.socket_path))
+        else:
+            url = await self.listeners.add_listener(pod.host_ip)
         dep.state["listener"] = url
         return url + urlsplit(dep.server_url).path
 
@@ -268,7 +311,7 @@ class LocalBackend:
         caretaker = dep.state.get("caretaker")
         if caretaker is not None:
             await _stop_group(caretaker)
-        pod: Pod | None = dep.state.get("pod")
+        pod: Pod | RootlessPod | None = dep.state.get("pod")
         if pod is not None and dep.state.pop("capture", False) and not pod.destroyed:
             try:
                 await remove_capture(spawn=pod.spawn)

@@ -1,5 +1,5 @@
 """Removing what a crashed server run left behind: its pods' namespaces, veths, NAT tables, mount
-namespace files and processes.
+namespace files and processes, and the holders of its user-namespace pods (with every process in them).
 
 A run is alive while it holds the lock file named after its ``<prefix><instance>``; everything
 carrying the prefix whose run is not alive is a leftover.
@@ -25,6 +25,7 @@ from .pod import (
     remove_nat_table,
     remove_netns,
 )
+from .rootless import holder_names, remove_holder
 
 LEFTOVER_GRACE = 1.0  # their server is gone; nobody waits for these processes to finish cleanly
 
@@ -38,20 +39,27 @@ async def cleanup_leftovers(
     """
     check_prefix(prefix)
     run_dir = Path(run_dir)
-    netns = _names(_listdir(NETNS_DIR), prefix)
-    links = _names(await _links.link_names(), prefix)
-    tables = _names(await _nat_tables(), prefix)
+    netns: set[PodName] = set()
+    links: set[PodName] = set()
+    tables: set[PodName] = set()
+    if os.geteuid() == 0:  # without root there are none of these to find (or to remove)
+        netns = _names(_listdir(NETNS_DIR), prefix)
+        links = _names(await _links.link_names(), prefix)
+        tables = _names(await _nat_tables(), prefix)
     mounts = _names(_listdir(mounts_dir(run_dir)), prefix)
-    owners = {n.owner for n in netns | links | tables | mounts}
+    holders = _names(holder_names(run_dir), prefix)
+    owners = {n.owner for n in netns | links | tables | mounts | holders}
     owners |= {p.stem for p in _lock_files(run_dir) if p.stem.startswith(prefix)}
     dead = {owner for owner in owners if not _alive(run_dir, owner)}
 
     removed: set[str] = set()
     errors = []
-    for name in sorted(netns | links | tables | mounts, key=str):
+    for name in sorted(netns | links | tables | mounts | holders, key=str):
         if name.owner not in dead:
             continue
         try:
+            if name in holders:
+                await remove_holder(run_dir, str(name), LEFTOVER_GRACE)
             if name in netns:
                 await stop_namespace(str(NETNS_DIR / str(name)), LEFTOVER_GRACE)
             if name in tables:

@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from cornus_core.proxy.transparent import SOCKET_MARK_ENV, CaptureError, load_nft, release_ruleset
 
@@ -29,6 +30,9 @@ from ._commands import PodError, run
 from ._reaper import stop_namespace
 from .addresses import DEFAULT_IPV4_RANGE, DEFAULT_IPV6_RANGE, AddressPlan, PodAddresses
 from .naming import DEFAULT_PREFIX, PodName, check_instance, check_prefix, new_instance, pod_name
+
+if TYPE_CHECKING:
+    from .rootless import RootlessPod
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +93,7 @@ class PodHost:
         self.addresses = AddressPlan(ipv4_range, ipv6_range if ipv6_available() else None)
         self.run_dir = Path(run_dir)
         self.stop_grace = stop_grace
-        self.pods: dict[str, Pod] = {}
+        self.pods: dict[str, Pod | RootlessPod] = {}
         self._numbers = iter(range(10**9))
         self._mounts_dir_lock = asyncio.Lock()
         self._lock_path = owners_dir(self.run_dir) / f"{self.owner}.lock"
