@@ -136,7 +136,7 @@ async def main() -> int:
     export.mkdir()
     data = os.urandom(args.mib << 20)
     server = CornusServer(auth=Authenticator(TOKEN, new_secret()),
-                          backend=ProcessBackend(caretaker_argv=PLACEHOLDER_CARETAKER),
+                          backend=ProcessBackend(caretaker_argv=PLACEHOLDER_CARETAKER, host_mounts=True),
                           gateway=Gateway(enabled=False))  # fmt: skip
     await server.start()
     events: list[Any] = []
