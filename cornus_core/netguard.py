@@ -71,3 +71,11 @@ def refusal(ip: IPAddress, refused: frozenset[AddressClass]) -> str | None:
     """Why dialing `ip` is refused at a terminus with the `refused` classes, or None when it is allowed."""
     cls = classify(ip)
     return f"{ip} is a {cls} address" if cls in refused else None
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address literal (no name is resolved)."""
+    if host == "localhost":
+        return True
+    ip = parse_ip(host)
+    return ip is not None and ip.is_loopback

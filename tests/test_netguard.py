@@ -42,3 +42,10 @@ def test_terminus_rules() -> None:
     assert refusal(lan, GATEWAY_REFUSED) is None
     assert refusal(meta, GATEWAY_REFUSED) is not None
     assert refusal(public, CLIENT_REFUSED) is None
+
+
+def test_is_loopback_host() -> None:
+    from cornus_core.netguard import is_loopback_host
+
+    assert is_loopback_host("localhost") and is_loopback_host("127.0.0.2") and is_loopback_host("[::1]")
+    assert not is_loopback_host("0.0.0.0") and not is_loopback_host("example.com")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import json
 import logging
 import re
@@ -34,6 +33,7 @@ from cornus_core.credentials.credential import (
     format_rfc3339,
 )
 from cornus_core.credentials.formats import aws_keys
+from cornus_core.netguard import is_loopback_host
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,8 @@ def endpoint_env(
 
 def _checked(provider: str, names: Iterable[str], host: str) -> list[str]:
     """The distinct names, once provider, names and host make a valid endpoint."""
-    if not _is_loopback(host):
+    # Secrets are served to the pod only: a wildcard or routable address would hand them to the network.
+    if not is_loopback_host(host):
         raise CredentialError(f"credential endpoint host {host!r} is not a loopback address")
     unique = list(dict.fromkeys(names))
     if provider not in PROVIDERS:
@@ -97,16 +98,6 @@ def _checked(provider: str, names: Iterable[str], host: str) -> list[str]:
             f"aws-imds endpoint serves exactly one credential (the role), got {', '.join(unique)}"
         )
     return unique
-
-
-def _is_loopback(host: str) -> bool:
-    """Secrets are served to the pod only: a wildcard or routable address would hand them to the network."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,14 @@ def workload_argv(command: Any) -> list[str]:
     raise BackendError("the spec needs a command (a list, or a string run with sh -c) on this backend")
 
 
-async def _pump_lines(stream: asyncio.StreamReader | None, dep: Deployment, source: str, name: str) -> None:
+async def pump_lines(stream: asyncio.StreamReader | None, dep: Deployment, source: str, name: str) -> None:
     if stream is None:
         return
     while line := await stream.readline():
         dep.emit(Log(source=source, line=line.decode(errors="replace").rstrip("\n"), stream=name))
 
 
-async def _stop_group(proc: asyncio.subprocess.Process) -> None:
+async def stop_group(proc: asyncio.subprocess.Process) -> None:
     """SIGTERM the process group, then SIGKILL it when it outstays the grace period."""
     if proc.returncode is not None:
         return
@@ -54,6 +54,31 @@ async def _stop_group(proc: asyncio.subprocess.Process) -> None:
             return
         except TimeoutError:
             continue
+
+
+async def read_caretaker_ready(caretaker: asyncio.subprocess.Process, dep: Deployment) -> dict[str, Any]:
+    """The caretaker's ``READY {json}`` line (its readiness gate); lines before it become log events."""
+    assert caretaker.stdout is not None
+    stdout = caretaker.stdout
+
+    async def read() -> dict[str, Any]:
+        while line := await stdout.readline():
+            text = line.decode(errors="replace").rstrip("\n")
+            if text.startswith(READY_PREFIX):
+                try:
+                    info = json.loads(text[len(READY_PREFIX):])
+                except ValueError:
+                    info = None
+                if not isinstance(info, dict):
+                    raise BackendError(f"the caretaker's READY line is not a JSON object: {text[:200]!r}")
+                return info
+            dep.emit(Log(source="caretaker", line=text))
+        raise BackendError(f"the caretaker exited before it was ready (status {await caretaker.wait()})")
+
+    try:
+        return await asyncio.wait_for(read(), CARETAKER_READY_TIMEOUT)
+    except TimeoutError:
+        raise BackendError(f"the caretaker was not ready within {CARETAKER_READY_TIMEOUT:.0f} s") from None
 
 
 class ProcessBackend:
@@ -98,10 +123,10 @@ class ProcessBackend:
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
         )
         dep.state["caretaker"] = caretaker
-        pumps = [asyncio.create_task(_pump_lines(caretaker.stderr, dep, "caretaker", "stderr"))]
+        pumps = [asyncio.create_task(pump_lines(caretaker.stderr, dep, "caretaker", "stderr"))]
         dep.state["pumps"] = pumps
-        ready = await self._wait_ready(caretaker, dep)
-        pumps.append(asyncio.create_task(_pump_lines(caretaker.stdout, dep, "caretaker", "stdout")))
+        ready = await read_caretaker_ready(caretaker, dep)
+        pumps.append(asyncio.create_task(pump_lines(caretaker.stdout, dep, "caretaker", "stdout")))
 
         env = {**base_env, **dict(getattr(dep.spec, "env", None) or {}), **ready.get("app_env", {})}
         dep.emit(Status(state="deploying", detail="starting workload"))
@@ -114,26 +139,8 @@ class ProcessBackend:
         except OSError as exc:
             raise BackendError(f"cannot start workload {argv[0]!r}: {exc.strerror or exc}") from None
         dep.state["app"] = app
-        pumps.append(asyncio.create_task(_pump_lines(app.stdout, dep, "app", "stdout")))
-        pumps.append(asyncio.create_task(_pump_lines(app.stderr, dep, "app", "stderr")))
-
-    async def _wait_ready(self, caretaker: asyncio.subprocess.Process, dep: Deployment) -> dict[str, Any]:
-        assert caretaker.stdout is not None
-
-        async def read_until_ready() -> dict[str, Any]:
-            assert caretaker.stdout is not None
-            while line := await caretaker.stdout.readline():
-                text = line.decode(errors="replace").rstrip("\n")
-                if text.startswith(READY_PREFIX):
-                    info: dict[str, Any] = json.loads(text[len(READY_PREFIX):])
-                    return info
-                dep.emit(Log(source="caretaker", line=text))
-            raise BackendError(f"the caretaker exited before it was ready (status {await caretaker.wait()})")
-
-        try:
-            return await asyncio.wait_for(read_until_ready(), CARETAKER_READY_TIMEOUT)
-        except TimeoutError:
-            raise BackendError(f"the caretaker was not ready within {CARETAKER_READY_TIMEOUT:.0f} s") from None
+        pumps.append(asyncio.create_task(pump_lines(app.stdout, dep, "app", "stdout")))
+        pumps.append(asyncio.create_task(pump_lines(app.stderr, dep, "app", "stderr")))
 
     async def wait(self, dep: Deployment) -> int:
         app: asyncio.subprocess.Process = dep.state["app"]
@@ -148,7 +155,7 @@ class ProcessBackend:
         for key in ("app", "caretaker"):  # the workload goes first, then its caretaker
             proc = dep.state.get(key)
             if proc is not None:
-                await _stop_group(proc)
+                await stop_group(proc)
         for pump in dep.state.pop("pumps", []):
             pump.cancel()
         dep.state["deleted"] = True

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import os
@@ -48,20 +47,20 @@ import shutil
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
-from cornus_core.events import Error, Log, Status
+from cornus_core.events import Error, Status
+from cornus_core.netguard import is_loopback_host
 from cornus_core.proxy.transparent import CaptureError, install_capture, remove_capture, udp_policy
 from cornus_core.spec import EgressSpec
 
 from ..base import BackendError, Deployment
 from ..process import (
-    CARETAKER_READY_TIMEOUT,
     INHERITED_ENV,
-    READY_PREFIX,
-    _pump_lines,
-    _stop_group,
+    pump_lines,
+    read_caretaker_ready,
+    stop_group,
     workload_argv,
 )
 from ._commands import PodError
@@ -198,7 +197,7 @@ class LocalBackend:
         _check_program(argv[0], path, workdir)
         if self.rootless:
             self._check_rootless(dep)
-        elif self.listeners is None and _is_loopback(urlsplit(dep.server_url).hostname or ""):
+        elif self.listeners is None and is_loopback_host(urlsplit(dep.server_url).hostname or ""):
             raise BackendError(
                 f"the caretaker URL {dep.server_url} is on loopback, which a pod cannot reach "
                 "(give the local backend the server's listeners, or advertise an address of this machine)"
@@ -245,7 +244,7 @@ class LocalBackend:
         )
         dep.state["caretaker"] = caretaker
         pumps = dep.state["pumps"] = [_pump(caretaker.stderr, dep, "caretaker", "stderr")]
-        ready = await _read_ready(caretaker, dep)
+        ready = await read_caretaker_ready(caretaker, dep)
         pumps.append(_pump(caretaker.stdout, dep, "caretaker", "stdout"))
 
         if transparent:
@@ -306,11 +305,11 @@ class LocalBackend:
         errors: list[str] = []
         app = dep.state.get("app")
         if app is not None:
-            await _stop_group(app)
+            await stop_group(app)
             await _drain(dep.state.get("app_pumps", []))
         caretaker = dep.state.get("caretaker")
         if caretaker is not None:
-            await _stop_group(caretaker)
+            await stop_group(caretaker)
         pod: Pod | RootlessPod | None = dep.state.get("pod")
         if pod is not None and dep.state.pop("capture", False) and not pod.destroyed:
             try:
@@ -341,7 +340,7 @@ class LocalBackend:
 
 
 def _pump(stream: asyncio.StreamReader | None, dep: Deployment, source: str, name: str) -> asyncio.Task[None]:
-    return asyncio.create_task(_pump_lines(stream, dep, source, name))
+    return asyncio.create_task(pump_lines(stream, dep, source, name))
 
 
 async def _drain(pumps: list[asyncio.Task[None]]) -> None:
@@ -349,31 +348,6 @@ async def _drain(pumps: list[asyncio.Task[None]]) -> None:
     for pump in pumps:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(pump), LOG_DRAIN)
-
-
-async def _read_ready(caretaker: asyncio.subprocess.Process, dep: Deployment) -> dict[str, Any]:
-    """The caretaker's ``READY {json}``; lines before it become log events."""
-    assert caretaker.stdout is not None
-    stdout = caretaker.stdout
-
-    async def read() -> dict[str, Any]:
-        while line := await stdout.readline():
-            text = line.decode(errors="replace").rstrip("\n")
-            if text.startswith(READY_PREFIX):
-                try:
-                    info = json.loads(text[len(READY_PREFIX):])
-                except ValueError:
-                    info = None
-                if not isinstance(info, dict):
-                    raise BackendError(f"the caretaker's READY line is not a JSON object: {text[:200]!r}")
-                return info
-            dep.emit(Log(source="caretaker", line=text))
-        raise BackendError(f"the caretaker exited before it was ready (status {await caretaker.wait()})")
-
-    try:
-        return await asyncio.wait_for(read(), CARETAKER_READY_TIMEOUT)
-    except TimeoutError:
-        raise BackendError(f"the caretaker was not ready within {CARETAKER_READY_TIMEOUT:.0f} s") from None
 
 
 def _check_program(program: str, path: str | None, workdir: str | None) -> None:
@@ -387,15 +361,6 @@ def _check_program(program: str, path: str | None, workdir: str | None) -> None:
             raise BackendError(f"cannot start workload {program!r}: Permission denied")
     elif shutil.which(program, path=path) is None:
         raise BackendError(f"cannot start workload {program!r}: not found on PATH {path or ''}".rstrip())
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _reason(exc: BaseException) -> str:
