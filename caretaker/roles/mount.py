@@ -61,6 +61,9 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
+REMOUNT_BACKOFF_START = 0.5
+REMOUNT_BACKOFF_MAX = 30.0
+
 
 class MountError(Exception):
     """A mount could not be made live; the message names the mount and its target."""
@@ -223,6 +226,8 @@ class _FuseBacked:
         self.remote = Remote(self._connect, msize=msize, timeout=timeout)
         self.fuse: FuseMount | None = None
         self.device = -1
+        self._closing = False
+        self._supervisor: asyncio.Task[None] | None = None
 
     async def _connect(self) -> tuple[ByteReader, ByteWriter]:
         if self.fuse is not None:
@@ -231,6 +236,10 @@ class _FuseBacked:
         return stream, stream
 
     async def start(self) -> None:
+        await self._mount()
+        self._supervisor = asyncio.create_task(self._remount_when_ended())
+
+    async def _mount(self) -> None:
         conn = await self.remote.connection()
         single = await single_file_name(conn.client)
         target = self.config.target
@@ -240,7 +249,31 @@ class _FuseBacked:
         await self.fuse.start()
         self.device = (await asyncio.to_thread(os.stat, target)).st_dev
 
+    async def _remount_when_ended(self) -> None:
+        """The mount's supervisor: a FUSE mount that ends while the session lives (unmounted from
+        outside, its loop gone) is mounted again, with capped exponential backoff."""
+        delay = REMOUNT_BACKOFF_START
+        while True:
+            assert self.fuse is not None
+            await self.fuse.ended()
+            if self._closing:
+                return
+            log.warning("mount %s: the mount at %s ended; mounting it again in %.1f s",
+                        self.config.name, self.config.target, delay)
+            await asyncio.sleep(delay)
+            try:
+                await asyncio.wait_for(self._mount(), MOUNT_TIMEOUT)
+            except (OSError, TimeoutError, LinkDown, MountError, NinePError, WireError) as exc:
+                log.error("mount %s: mounting again failed: %s", self.config.name, _describe(exc))
+                delay = min(delay * 2, REMOUNT_BACKOFF_MAX)
+                continue
+            log.warning("mount %s: live again at %s", self.config.name, self.config.target)
+            delay = REMOUNT_BACKOFF_START
+
     async def aclose(self) -> None:
+        self._closing = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
         lazy = False
         try:
             if self.fuse is not None:

@@ -643,6 +643,11 @@ class FuseMount:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    async def ended(self) -> None:
+        """Return when the FUSE loop has ended, for whatever reason (an unmount from outside, too)."""
+        if self._ended is not None:
+            await asyncio.shield(self._ended)
+
     async def wait_ended(self, timeout: float) -> bool:
         """Wait for the FUSE loop to end (after the unmount); False if it is still running."""
         if self._ended is None:

@@ -43,3 +43,19 @@ async def test_a_read_only_mount_refuses_writes(deploy: Deploy, tmp_path: Path) 
     assert "[x]" in run.app_lines and "refused" in run.app_lines
     assert any("Read-only file system" in line for line in run.app_lines)
     assert sorted(p.name for p in src.iterdir()) == ["config.ini"]
+
+
+async def test_a_mount_that_ends_is_mounted_again(deploy: Deploy, tmp_path: Path) -> None:
+    # The caretaker supervises its mounts: the workload unmounts one (as anything in the pod might),
+    # and it is back at its target before long, serving the same export.
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "hello.txt").write_text("still here\n")
+    target = tmp_path / "in-pod" / "src"
+    command = (f"cat {target}/hello.txt && umount -l {target} && echo unmounted; "
+               f"for i in $(seq 300); do grep -q ' {target} ' /proc/self/mountinfo && break; sleep 0.1; done; "
+               f"cat {target}/hello.txt")
+    run = await deploy({"command": command, "mounts": [{"source": str(src), "target": str(target)}]})
+    assert run.outcome.exit_code == 0, run.events
+    assert run.app_lines == ["still here", "unmounted", "still here"]
+    assert any("mounting it again" in line for line in (e.line for e in run.events if e.type == "log"))
