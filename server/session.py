@@ -22,6 +22,7 @@ from cornus_core.events import (
     Exit,
     HopDecision,
     Log,
+    MountStats,
     PolicyApplied,
     Ready,
     Status,
@@ -73,13 +74,15 @@ class AttachSession:
         self.policy: Policy | None = None
         self.deployed_version = ""  # the version in the caretaker's config
         self.caretaker: Mux | None = None
-        self._events: asyncio.Queue[Event | None] = asyncio.Queue(MAX_EVENT_QUEUE)
+        self._events: asyncio.Queue[Event | None] = asyncio.Queue()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def emit(self, event: Event) -> None:
-        """Queue an event for the caller; telemetry is dropped rather than ever blocking a data path."""
-        with contextlib.suppress(asyncio.QueueFull):
-            self._events.put_nowait(event)
+        """Queue an event for the caller. Connection telemetry is dropped when the caller falls far behind
+        (it never blocks a data path); the session's own events (status, errors, exit, done) never are."""
+        if self._events.qsize() >= MAX_EVENT_QUEUE and isinstance(event, HopDecision | ConnEnd | MountStats):
+            return
+        self._events.put_nowait(event)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
