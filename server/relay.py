@@ -60,7 +60,8 @@ async def relay_egress(
             await write_header(upstream, TAG_CALLER_EGRESS, request.to_fields() | {
                 "route": decision.route, "policy": decision.version,
             })
-            verdict = await asyncio.wait_for(read_verdict(upstream), VERDICT_TIMEOUT)
+            async with asyncio.timeout(VERDICT_TIMEOUT):  # no extra task per connection, unlike wait_for
+                verdict = await read_verdict(upstream)
         except TimeoutError:
             verdict = Verdict(VerdictKind.TIMEOUT, "the caller did not answer in time")
             upstream.reset()
