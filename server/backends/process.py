@@ -56,6 +56,16 @@ async def stop_group(proc: asyncio.subprocess.Process) -> None:
             continue
 
 
+def workload_status(dep: Deployment) -> str:
+    """pending, running, exited N or deleted: what a backend that keeps its workload's process says."""
+    if dep.state.get("deleted"):
+        return "deleted"
+    app = dep.state.get("app")
+    if app is None:
+        return "pending"
+    return "running" if app.returncode is None else f"exited {app.returncode}"
+
+
 async def read_caretaker_ready(caretaker: asyncio.subprocess.Process, dep: Deployment) -> dict[str, Any]:
     """The caretaker's ``READY {json}`` line (its readiness gate); lines before it become log events."""
     assert caretaker.stdout is not None
@@ -161,9 +171,4 @@ class ProcessBackend:
         dep.state["deleted"] = True
 
     def status(self, dep: Deployment) -> str:
-        if dep.state.get("deleted"):
-            return "deleted"
-        app = dep.state.get("app")
-        if app is None:
-            return "pending"
-        return "running" if app.returncode is None else f"exited {app.returncode}"
+        return workload_status(dep)

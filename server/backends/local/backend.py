@@ -62,6 +62,7 @@ from ..process import (
     read_caretaker_ready,
     stop_group,
     workload_argv,
+    workload_status,
 )
 from ._commands import PodError
 from .addresses import DEFAULT_IPV4_RANGE, DEFAULT_IPV6_RANGE, AddressError
@@ -331,12 +332,7 @@ class LocalBackend:
             raise BackendError("; ".join(errors))
 
     def status(self, dep: Deployment) -> str:
-        if dep.state.get("deleted"):
-            return "deleted"
-        app = dep.state.get("app")
-        if app is None:
-            return "pending"
-        return "running" if app.returncode is None else f"exited {app.returncode}"
+        return workload_status(dep)
 
 
 def _pump(stream: asyncio.StreamReader | None, dep: Deployment, source: str, name: str) -> asyncio.Task[None]:
