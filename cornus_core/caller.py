@@ -10,7 +10,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cornus_core.credentials import CredentialError, SourceSet, error_json
@@ -79,7 +79,7 @@ class Outcome:
 
     exit_code: int | None = None
     reason: str = ""
-    errors: list[str] | None = None
+    errors: list[str] = field(default_factory=list)
 
 
 class CallerSession:
@@ -131,7 +131,7 @@ class CallerSession:
             raise SessionError(str(exc)) from None
         acceptor = asyncio.create_task(self._accept_streams(self._mux))
         reporter = asyncio.create_task(self._report_mounts()) if self.exports else None
-        outcome = Outcome(errors=[])
+        outcome = Outcome()
         try:
             self._control = control = await self._mux.open_stream()
             await write_header(control, TAG_CONTROL)
@@ -145,7 +145,7 @@ class CallerSession:
                     continue
                 if isinstance(event, Exit):
                     outcome.exit_code = event.code
-                elif isinstance(event, Error) and outcome.errors is not None:
+                elif isinstance(event, Error):
                     outcome.errors.append(event.message)
                 elif isinstance(event, Done):
                     outcome.reason = event.reason

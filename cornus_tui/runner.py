@@ -28,7 +28,7 @@ def exit_code(outcome: Outcome, report: Callable[[str], None]) -> int:
         if outcome.exit_code != 0:
             report(f"the workload exited with status {outcome.exit_code}")
         return outcome.exit_code if 0 <= outcome.exit_code <= 255 else 128 + (-outcome.exit_code % 128)
-    for message in outcome.errors or []:
+    for message in outcome.errors:
         report(message)
     return EXIT_DEPLOY_FAILED
 

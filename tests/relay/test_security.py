@@ -83,7 +83,7 @@ async def test_detach_with_a_client_route_is_rejected(deploy) -> None:
             "egress": {"mode": "proxy", "rules": [{"pattern": "*.corp.example", "route": "client"}]}}
     run = await deploy(spec)
     assert run.outcome.reason == "refused"
-    assert any("client" in message for message in run.outcome.errors or [])
+    assert any("client" in message for message in run.outcome.errors)
 
 
 async def test_invalid_spec_is_refused_with_the_field_named(server) -> None:
@@ -131,4 +131,4 @@ async def test_a_pod_cannot_speak_for_other_hops_or_end_the_session(live) -> Non
 async def test_plain_processes_refuse_client_local_mounts(deploy, tmp_path) -> None:
     run = await deploy({"command": ["true"], "mounts": [{"source": str(tmp_path), "target": "/etc/cornus-x"}]})
     assert run.outcome.exit_code is None
-    assert any("client-local mounts need local pods" in message for message in run.outcome.errors or [])
+    assert any("client-local mounts need local pods" in message for message in run.outcome.errors)
