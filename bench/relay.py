@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from cornus_core import aio
+
 CLK = os.sysconf("SC_CLK_TCK")
 CHUNK = 256 * 1024
 
@@ -152,11 +154,12 @@ async def main() -> None:
     spec = {"command": ["sh", "-c", 'echo "proxy=$HTTP_PROXY"; exec sleep 3600'],
             "egress": {"mode": "proxy", "rules": [{"pattern": "127.0.0.1", "route": "client"}]}}
     caller_code = (
-        "import asyncio, json, sys\n"
+        "import json, sys\n"
+        "from cornus_core import aio\n"
         "from cornus_tui.plain import run_plain\n"
         "from cornus_core.spec import DeploySpec\n"
         "spec = DeploySpec.model_validate(json.loads(sys.argv[1]))\n"
-        "sys.exit(asyncio.run(run_plain(spec, server_url=sys.argv[2], as_json=True)))\n"
+        "sys.exit(aio.run(run_plain(spec, server_url=sys.argv[2], as_json=True)))\n"
     )
     events_path = f"{data_dir}.events"
     with open(events_path, "w") as events_out:  # a file, never a pipe the bench must keep draining
@@ -231,4 +234,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    aio.run(main())  # the app and the targets run on the same event loop as our processes

@@ -13,6 +13,7 @@ from urllib.parse import unquote, urlsplit
 from cornus_core.wire import DialError, HelloError, Mux, MuxStream, WireError, dial_websocket
 
 from .net import connect_marked
+from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,9 @@ class ServerLink:
     """
 
     def __init__(self, url: str, token: str, *, on_connect: Callable[[Mux], Awaitable[None]] | None = None,
-                 mark: int | None = None) -> None:
+                 mark: int | None = None, supervisor: Supervisor | None = None) -> None:
         self.url = url
+        self._supervisor = supervisor or Supervisor()
         self._token = token
         self._mark = mark
         self._on_connect = on_connect
@@ -46,10 +48,13 @@ class ServerLink:
         self.connects = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        # Failures the redial loop expects never leave it; anything else (a bug, an on_connect that
+        # raises) ends it, and the supervisor starts it over.
+        self._task = self._supervisor.start("server link", self._run)
 
     async def wait_up(self, timeout: float | None = None) -> Mux:
-        await asyncio.wait_for(self._up.wait(), timeout)
+        if not self._up.is_set():  # wait_for costs a task: only pay it while redialing
+            await asyncio.wait_for(self._up.wait(), timeout)
         assert self._mux is not None
         return self._mux
 
@@ -63,25 +68,30 @@ class ServerLink:
 
     async def _run(self) -> None:
         delay = BACKOFF_START
-        while True:
-            try:
-                mux = await self._dial()
-            except (DialError, HelloError, OSError, TimeoutError) as exc:
-                if isinstance(exc, DialError) and exc.status in (401, 403):
-                    log.error("the server refused this caretaker (HTTP %s); retrying", exc.status)
-                log.warning("server connection failed: %s; retrying in %.1f s", exc, delay)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, BACKOFF_MAX)
-                continue
-            delay = BACKOFF_START
-            self._mux = mux
-            self.connects += 1
-            if self._on_connect is not None:
-                await self._on_connect(mux)
-            self._up.set()
-            await mux.wait_closed()
+        try:
+            while True:
+                try:
+                    mux = await self._dial()
+                except (DialError, HelloError, OSError, TimeoutError) as exc:
+                    if isinstance(exc, DialError) and exc.status in (401, 403):
+                        log.error("the server refused this caretaker (HTTP %s); retrying", exc.status)
+                    log.warning("server connection failed: %s; retrying in %.1f s", exc, delay)
+                    await asyncio.sleep(delay * (0.5 + random.random()))
+                    delay = min(delay * 2, BACKOFF_MAX)
+                    continue
+                delay = BACKOFF_START
+                self._mux = mux
+                self.connects += 1
+                if self._on_connect is not None:
+                    await self._on_connect(mux)
+                self._up.set()
+                await mux.wait_closed()
+                self._up.clear()
+                log.warning("server connection lost: %s; redialing", mux.close_reason)
+        finally:
             self._up.clear()
-            log.warning("server connection lost: %s; redialing", mux.close_reason)
+            if self._mux is not None and not self._mux.is_closed:
+                await self._mux.aclose(timeout=1)  # a restarted loop dials afresh
 
     async def _dial(self) -> Mux:
         extra: dict[str, Any] = {}

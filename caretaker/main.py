@@ -10,8 +10,9 @@ import signal
 import sys
 from collections.abc import Callable
 
+from cornus_core import aio
 from cornus_core.credentials import CredentialError
-from cornus_core.events import PolicyApplied
+from cornus_core.events import Log, PolicyApplied
 from cornus_core.policy import PolicyError, compile_policy
 from cornus_core.proxy.transparent import CaptureError, socket_mark_from_env
 from cornus_core.spec import EgressSpec
@@ -25,6 +26,7 @@ from .roles.credential import CredentialRole
 from .roles.dns import DnsRole, UpstreamError, upstreams_from
 from .roles.egress import EgressRole
 from .roles.mount import MountError, MountRole
+from .supervisor import Supervisor
 from .telemetry import Telemetry
 
 log = logging.getLogger("caretaker")
@@ -62,9 +64,10 @@ async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
     except CaptureError as exc:
         print(f"cornus-caretaker: {exc}", file=sys.stderr)
         return 2
-    link = ServerLink(server_url, token, on_connect=on_connect, mark=mark)
+    supervisor = Supervisor(lambda line: telemetry.emit(Log(source="caretaker", line=line, stream="stderr")))
+    link = ServerLink(server_url, token, on_connect=on_connect, mark=mark, supervisor=supervisor)
     try:
-        ready, egress = await start_roles(config, link, telemetry, roles, mark)
+        ready, egress = await start_roles(config, link, telemetry, roles, mark, supervisor)
         print(READY_PREFIX + json.dumps(ready), flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -79,10 +82,12 @@ async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
         for role in reversed(roles):  # mounts go before the link that carries them
             await role.aclose()
         await link.aclose()
+        await supervisor.aclose()
 
 
 async def start_roles(
-    config: CaretakerConfig, link: ServerLink, telemetry: Telemetry, roles: list[Role], mark: int | None
+    config: CaretakerConfig, link: ServerLink, telemetry: Telemetry, roles: list[Role], mark: int | None,
+    supervisor: Supervisor,
 ) -> tuple[dict[str, object], EgressRole | None]:
     """Start every configured role (appending it to `roles`); returns the READY report and the egress role.
 
@@ -134,7 +139,7 @@ async def start_roles(
         roles.append(mounts)
         ready["mounts"] = [m.target for m in config.mounts]
     if config.credentials:
-        credentials = CredentialRole(config.credentials, link, telemetry)
+        credentials = CredentialRole(config.credentials, link, telemetry, supervisor)
         roles.append(credentials)
         try:
             app_env.update(await credentials.start())
@@ -198,4 +203,4 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"cornus-caretaker: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(run(config, server_url, token))
+    return aio.run(run(config, server_url, token))

@@ -26,10 +26,24 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow on purpose: events hold only plain values (asdict's deep copy costs 10x more).
-        return {"type": self.type, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        return {"type": self.type, **{name: getattr(self, name) for name in field_names(type(self))}}
 
     def encode(self) -> bytes:
-        return json.dumps(self.to_dict(), separators=(",", ":")).encode() + b"\n"
+        return _ENCODE(self.to_dict()).encode() + b"\n"
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+_FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}
+
+
+def field_names(cls: type[Event]) -> tuple[str, ...]:
+    """The fields of an event class (``dataclasses.fields`` is slow enough to matter per event)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 @dataclass(frozen=True)
@@ -163,9 +177,9 @@ def decode_event(line: bytes | str) -> Event:
     cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise EventError(f"unknown event type {kind!r}")
-    known = {f.name for f in fields(cls)}
+    known = field_names(cls)
     try:
-        event: Event = _ADAPTERS[cls.type].validate_python({k: v for k, v in obj.items() if k in known})
+        event: Event = _ADAPTERS[cls.type].validate_python({k: obj[k] for k in known if k in obj})
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise EventError(f"bad {kind!r} event: {problems}") from None

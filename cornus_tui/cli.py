@@ -337,18 +337,18 @@ def _session_main(argv: Sequence[str]) -> int:
 
 
 def _run_session(loaded: LoadedSpec, args: argparse.Namespace) -> int:
-    import asyncio
+    from cornus_core import aio
 
     from .plain import run_plain
 
     spec = loaded.spec.model_copy(update={"detach": True}) if args.detach else loaded.spec
     if args.plain or args.json or args.exit_on_ready or not sys.stdout.isatty():
-        return asyncio.run(run_plain(spec, server_url=args.server, as_json=args.json,
+        return aio.run(run_plain(spec, server_url=args.server, as_json=args.json,
                                      exit_on_ready=args.exit_on_ready))
     from .dashboard_run import run_dashboard
 
     pac_file = Path(args.egress_pac) if args.egress_pac else None
-    return asyncio.run(run_dashboard(spec, server_url=args.server, pac_file=pac_file))
+    return aio.run(run_dashboard(spec, server_url=args.server, pac_file=pac_file))
 
 
 def _check_server(url: str | None) -> None:

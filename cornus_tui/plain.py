@@ -86,7 +86,7 @@ async def run_plain(spec: DeploySpec, *, server_url: str | None, as_json: bool =
             ready = True
             # Detached, leave it running; otherwise tear it down: then this was a readiness check.
             pending.add(asyncio.ensure_future(session.leave() if spec.detach else session.down()))
-        stream.write((json.dumps(event.to_dict()) if as_json else format_event(event)) + "\n")
+        stream.write(event.encode().decode() if as_json else format_event(event) + "\n")
         if not flush_pending:
             flush_pending = True
             asyncio.get_running_loop().call_soon(flush)

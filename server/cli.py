@@ -9,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 
+from cornus_core import aio
+
 from .app import CornusServer
 from .auth import Authenticator
 from .backends.choose import CHOICES, choose_backend, start_backend, stop_backend
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cornus-server: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_serve(args, token, gateway, host.strip("[]"), int(port_text)))
+        aio.run(_serve(args, token, gateway, host.strip("[]"), int(port_text)))
     except KeyboardInterrupt:
         pass
     return 0

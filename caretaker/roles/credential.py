@@ -24,6 +24,7 @@ from cornus_core.streams import TAG_CREDENTIAL
 from cornus_core.wire import WireError, write_header
 
 from ..link import LinkDown, ServerLink
+from ..supervisor import Supervisor
 from ..telemetry import Telemetry
 
 FETCH_TIMEOUT = 30.0
@@ -31,8 +32,10 @@ MAX_RESPONSE = 1024 * 1024
 
 
 class CredentialRole:
-    def __init__(self, sources: list[CredentialSource], link: ServerLink, telemetry: Telemetry) -> None:
+    def __init__(self, sources: list[CredentialSource], link: ServerLink, telemetry: Telemetry,
+                 supervisor: Supervisor | None = None) -> None:
         self.sources = sources
+        self._supervisor = supervisor or Supervisor()
         self.link = link
         self.telemetry = telemetry
         self.cache = CredentialCache(self.fetch, {s.name: s.ttl for s in sources}, on_event=self._report)
@@ -90,7 +93,7 @@ class CredentialRole:
                     refresher = FileRefresher(delivery.path, delivery.effective_format,
                                               functools.partial(self.cache.get, name, "file"), source.ttl)
                     await refresher.refresh()
-                    self._refreshers.append(asyncio.create_task(refresher.run()))
+                    self._refreshers.append(self._supervisor.start(f"credential file {delivery.path}", refresher.run))
                 else:  # env: fetched once at deploy time, static for the workload's life
                     credential = await self.cache.get(name, "env")
                     prefix = delivery.prefix or ""

@@ -169,10 +169,16 @@ class FileRefresher:
         while True:
             try:
                 due = await self.refresh()
-            except CredentialError as exc:
-                log.warning("credential file %s not refreshed: %s", self.path, exc)
+            except (CredentialError, OSError) as exc:  # the old file stays: it may still be valid
+                log.warning("credential file %s not refreshed: %s", self.path, _describe(exc))
                 delay, backoff = backoff, min(backoff * 2, self._max_backoff)
             else:
                 # The floor keeps a credential that is already inside its margin from spinning the loop.
                 delay, backoff = max(due - self._clock(), self._min_interval), self._min_interval
             await asyncio.sleep(delay)
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot write it: {exc.strerror}"
+    return str(exc)

@@ -63,17 +63,25 @@ async def splice(
         with contextlib.suppress(OSError, RuntimeError, NotImplementedError):
             writer.write_eof()  # TLS transports cannot half-close; the peer then sees the full close
 
-    tasks = {
-        asyncio.create_task(pump(app[0], dest[1], first_up, True)),
-        asyncio.create_task(pump(dest[0], app[1], first_down, False)),
-    }
+    def end_app_on_failure(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            app[1].close()  # ends this task's read from the app as well
+
+    # One direction runs in this task: a connection costs one extra task, not two.
+    other = asyncio.create_task(pump(dest[0], app[1], first_down, False))
+    other.add_done_callback(end_app_on_failure)
     try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            error = task.exception()
-            if error is not None and not isinstance(error, OSError):
-                raise error  # a bug, not a network failure
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await pump(app[0], dest[1], first_up, True)
+    except OSError:
+        other.cancel()  # one direction failed: the other ends too
+    except BaseException:
+        other.cancel()
+        raise
+    try:
+        await other
+    except OSError:
+        pass
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise

@@ -94,31 +94,28 @@ async def splice(a: Endpoint, b: Endpoint, *, chunk: int = 256 * 1024) -> Splice
     """
     end_a, end_b = _End(a, chunk), _End(b, chunk)
     counts = [0, 0]
-    tasks = [
-        asyncio.create_task(_pump(end_a, end_b, counts, 0)),
-        asyncio.create_task(_pump(end_b, end_a, counts, 1)),
-    ]
-    error: BaseException | None = None
+    errors: list[BaseException] = []
+
+    async def pump(src: _End, dst: _End, index: int) -> None:
+        try:
+            await _pump(src, dst, counts, index)
+        except Exception as exc:
+            if not errors:  # the first failure aborts both ends, which ends the other direction too
+                errors.append(exc)
+                end_a.abort()
+                end_b.abort()
+
+    # One direction runs in this task: a relayed connection costs one extra task, not two.
+    other = asyncio.create_task(pump(end_b, end_a, 1))
     try:
-        pending: set[asyncio.Task[None]] = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-            failed = [t for t in done if t.exception() is not None]
-            if failed:
-                error = failed[0].exception()
-                break
+        await pump(end_a, end_b, 0)
+        await other
     except asyncio.CancelledError:
         end_a.abort()
         end_b.abort()
-        for task in tasks:
-            task.cancel()
+        other.cancel()
         raise
-    if error is not None:
-        end_a.abort()
-        end_b.abort()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    else:
-        await asyncio.gather(end_a.close(), end_b.close(), return_exceptions=True)
-    return SpliceResult(counts[0], counts[1], error)
+    if not errors:
+        await end_a.close()
+        await end_b.close()
+    return SpliceResult(counts[0], counts[1], errors[0] if errors else None)

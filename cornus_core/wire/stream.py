@@ -85,6 +85,13 @@ class MuxStream:
         self._consume(len(view))
         return view
 
+    def unread(self, data: bytes) -> None:
+        """Put bytes taken by a read back in front of the buffer (a parser read past its message)."""
+        if data:
+            self._chunks.appendleft(data)
+            self._size += len(data)
+            self._credited += len(data)  # the peer got credit for them when they were first taken
+
     async def read(self, n: int = -1) -> bytes:
         """Up to ``n`` bytes as soon as any are buffered; ``b""`` at EOF. With ``n < 0``, everything
         until EOF (asyncio semantics)."""

@@ -12,7 +12,6 @@ at most 16 lines besides the empty one. Anything else is a :class:`ProtocolError
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,10 +76,13 @@ class HeaderParser:
         self._lines = 0
         self._done = False
         self.leftover = b""
+        self.size = 0  # bytes fed so far
+
 
     def feed(self, data: bytes | bytearray | memoryview) -> TaggedHeader | None:
         if self._done:
             raise ProtocolError("stream header already complete")
+        self.size += len(data)
         self._buffer += data
         if self._tag is None:
             if not self._buffer:
@@ -135,14 +137,11 @@ async def write_header(stream: MuxStream, tag: str, fields: Mapping[str, str] | 
 async def read_header(stream: MuxStream) -> TaggedHeader:
     """Read the tagged header the opener wrote; the stream is left at the first payload byte."""
     parser = HeaderParser()
-    try:
-        header = parser.feed(await stream.readexactly(1))
-        while header is None:
-            header = parser.feed(await stream.readuntil(b"\n", limit=MAX_LINE))
-    except asyncio.IncompleteReadError as exc:
-        raise ProtocolError(
-            f"stream {stream.id} ended inside its header ({len(exc.partial)} bytes)"
-        ) from None
-    except asyncio.LimitOverrunError:
-        raise ProtocolError(f"stream {stream.id} header line is longer than {MAX_LINE} bytes") from None
+    header = None
+    while header is None:  # whatever is buffered at a time: a header usually arrives in one piece
+        chunk = await stream.read_chunk(MAX_LINE)
+        if not chunk:
+            raise ProtocolError(f"stream {stream.id} ended inside its header ({parser.size} bytes)")
+        header = parser.feed(chunk)
+    stream.unread(parser.leftover)
     return header

@@ -196,6 +196,35 @@ async def test_refresher_keeps_the_old_file_and_retries_on_failure(tmp_path: Pat
         task.cancel()
 
 
+async def test_refresher_survives_a_directory_that_disappears(tmp_path: Path) -> None:
+    # The write fails (ENOENT) while the directory is gone; the refresher keeps retrying and writes the
+    # file again once the directory is back.
+    folder = tmp_path / "creds"
+    folder.mkdir()
+    path = folder / "token"
+    calls = 0
+
+    async def get() -> Credential:
+        nonlocal calls
+        calls += 1
+        return Credential({"token": f"v{calls}"})
+
+    refresher = FileRefresher(str(path), "raw", get, ttl=0.05, min_interval=0.02, max_backoff=0.05)
+    task = asyncio.create_task(refresher.run())
+    try:
+        await _until(path.exists)
+        path.unlink()
+        folder.rmdir()
+        failed_from = calls
+        await _until(lambda: calls >= failed_from + 3)  # several failed rounds, each a fresh fetch
+        assert not task.done()
+        folder.mkdir()
+        await _until(path.exists)
+    finally:
+        task.cancel()
+    assert path.read_bytes().startswith(b"v")
+
+
 def test_refresher_refuses_unknown_formats(tmp_path: Path) -> None:
     async def get() -> Credential:
         return AWS

@@ -131,6 +131,20 @@ async def test_read_header_over_a_mux_stream_leaves_the_payload() -> None:
         assert await accepted.read() == b"GET / HTTP/1.1\r\n"
 
 
+async def test_read_header_puts_back_a_payload_larger_than_the_window() -> None:
+    # The header and the payload's start arrive together; what the parser read past the header goes
+    # back into the stream without crediting the peer twice, so 4 MiB still flow exactly.
+    payload = bytes(range(256)) * 16384
+    async with socket_mux_pair() as (client, server):
+        stream = await client.open_stream()
+        await write_header(stream, "E", {"route": "client"})
+        stream.write(payload)
+        stream.close()
+        accepted = await server.accept_stream()
+        assert await read_header(accepted) == TaggedHeader("E", {"route": "client"})
+        assert await accepted.read() == payload
+
+
 async def test_read_header_errors_on_a_mux_stream() -> None:
     async with socket_mux_pair() as (client, server):
         stream = await client.open_stream()
