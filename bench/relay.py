@@ -2,9 +2,11 @@
 side with direct connections to the same target in the same run.
 
 Processes: cornus-server (spawns the caretaker), the caller (plain-mode session), and this script
-(the app and the targets). CPU-seconds are read from /proc for each.
+(the app and the targets). CPU-seconds are read from /proc for each. Every process, this one included,
+runs the event loop our processes use (uvloop when installed). The connection rate is measured with
+16 connections open at once, and also at 1 and 64 to show how it scales with concurrency.
 
-    .venv/bin/python bench/relay.py [--mb 512] [--seconds 3]
+    .venv/bin/python bench/relay.py [--mb 512] [--seconds 3] [--concurrency 16] [--sweep 1,64]
 
 Last line: one JSON object with the figures.
 """
@@ -109,7 +111,7 @@ async def rtt(port: int, proxy: int | None, count: int) -> list[float]:
     return samples
 
 
-async def conn_rate(port: int, proxy: int | None, seconds: float, concurrency: int = int(os.environ.get("BENCH_CONC", "16"))) -> float:
+async def conn_rate(port: int, proxy: int | None, seconds: float, concurrency: int) -> float:
     done = 0
     deadline = time.perf_counter() + seconds
 
@@ -136,6 +138,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=512, help="bytes per throughput run, MiB")
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of the connection-rate run")
+    parser.add_argument("--concurrency", type=int, default=16, help="connections open at once in the rate run")
+    parser.add_argument("--sweep", default="1,64", help="other concurrencies to measure the rate at (comma list)")
     args = parser.parse_args()
     total = args.mb * 1024 * 1024
 
@@ -195,10 +199,13 @@ async def main() -> None:
         await rtt(echo_port, proxy_port, 100)  # warm up
         direct_rtt = await rtt(echo_port, None, 2000)
         relay_rtt = await rtt(echo_port, proxy_port, 2000)
-        direct_cps = await conn_rate(echo_port, None, args.seconds)
+        direct_cps = await conn_rate(echo_port, None, args.seconds, args.concurrency)
         cpu2 = {k: cpu_seconds(p) for k, p in procs.items()}
-        relay_cps = await conn_rate(echo_port, proxy_port, args.seconds)
+        relay_cps = await conn_rate(echo_port, proxy_port, args.seconds, args.concurrency)
         cpu3 = {k: cpu_seconds(p) for k, p in procs.items()}
+        sweep = {args.concurrency: relay_cps}
+        for level in (int(x) for x in args.sweep.split(",") if x.strip()):
+            sweep[level] = await conn_rate(echo_port, proxy_port, args.seconds, level)
         conns = relay_cps * args.seconds
         cpu_ms_per_conn = {k: round((cpu3[k] - cpu2[k]) * 1000 / conns, 3) for k in procs}
     finally:
@@ -221,6 +228,8 @@ async def main() -> None:
         "direct_rtt_p50_us": round(pct(direct_rtt, 0.5)),
         "direct_rtt_p99_us": round(pct(direct_rtt, 0.99)),
         "conn_per_s": round(relay_cps),
+        "conn_concurrency": args.concurrency,
+        "conn_per_s_by_concurrency": {str(k): round(v) for k, v in sorted(sweep.items())},
         "direct_conn_per_s": round(direct_cps),
         "cpu_ms_per_conn_by_process": cpu_ms_per_conn,
     }
@@ -229,7 +238,9 @@ async def main() -> None:
     print(f"cpu per GB   {cpu_per_gb}")
     print(f"rtt          relay p50 {figures['rtt_p50_us']} us p99 {figures['rtt_p99_us']} us   "
           f"direct p50 {figures['direct_rtt_p50_us']} us")
-    print(f"connections  relay {relay_cps:.0f}/s   direct {direct_cps:.0f}/s   CPU ms per connection {cpu_ms_per_conn}")
+    print(f"connections  relay {relay_cps:.0f}/s   direct {direct_cps:.0f}/s   ({args.concurrency} at once)   "
+          f"CPU ms per connection {cpu_ms_per_conn}")
+    print("             relay by concurrency " + "   ".join(f"{k}: {v:.0f}/s" for k, v in sorted(sweep.items())))
     print(json.dumps(figures))
 
 

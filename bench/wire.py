@@ -28,6 +28,7 @@ from typing import Any
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
 
+from cornus_core import aio
 from cornus_core.wire import (
     Mux,
     MuxStream,
@@ -316,12 +317,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2000, help="latency samples per run")
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(run_server())
+        aio.run(run_server())
         return
     if args.caller:
-        asyncio.run(run_caller(args.caller))
+        aio.run(run_caller(args.caller))
         return
-    figures = asyncio.run(run_client(args))
+    figures = aio.run(run_client(args))
     print(f"\nmedians of {args.runs} runs, {args.mib} MiB per transfer, loopback, 2 processes:")
     print(
         f"  raw TCP (asyncio streams)    {figures['tcp_MBps']:8.0f} MB/s  {figures['tcp_cpu_s_per_GB']:.2f} CPU-s/GB"
