@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import struct
 from pathlib import Path
 
 import pytest
@@ -290,6 +293,33 @@ async def test_socks_tunnel_half_close(proxy: Proxy) -> None:
         writer.close()
         [stats] = await _settled(proxy, 1)
         assert (stats.bytes_up, stats.bytes_down) == (19, 19)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_destination_reset_ends_an_idle_app_connection(proxy: Proxy) -> None:
+    """The destination aborts (RST) while the app sends nothing: the app's connection still ends."""
+
+    async def resetter(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(5)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    server = await asyncio.start_server(resetter, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        writer.write(b"hello")  # then silence: only the destination's reset can end this
+        async with asyncio.timeout(10):
+            with contextlib.suppress(ConnectionError):
+                assert await reader.read() == b""
+        writer.close()
+        [stats] = await _settled(proxy, 1)
+        assert stats.bytes_up == 5
     finally:
         server.close()
         await server.wait_closed()
