@@ -29,6 +29,7 @@ from cornus_core.events import (
     decode_event,
 )
 from cornus_core.policy import Isolation, Policy, PolicyError, compile_policy
+from cornus_core.proxy.transparent import CaptureError
 from cornus_core.spec import DeploySpec, EgressSpec, SpecError, detach_check
 from cornus_core.streams import (
     TAG_CALLER_CREDENTIAL,
@@ -246,6 +247,10 @@ class AttachSession:
         self.emit(PolicyApplied(hop="server", version=policy.version))
         if self.caretaker is not None and not self.caretaker.is_closed:
             await self._push_policy(self.caretaker)
+        try:
+            await self.registry.backend.update_policy(self.deployment)
+        except (BackendError, CaptureError) as exc:
+            self.emit(Error(message=f"the backend could not apply the policy update: {exc}", fatal=False))
 
     async def _push_policy(self, mux: Mux) -> None:
         assert self.deployment is not None

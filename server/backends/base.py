@@ -42,5 +42,8 @@ class Backend(Protocol):
     async def delete(self, dep: Deployment) -> None:
         """Stop the workload first, then the caretaker; idempotent."""
 
+    async def update_policy(self, dep: Deployment) -> None:
+        """A live policy update (now in ``dep.spec.egress``) for what the backend enforces itself."""
+
     def status(self, dep: Deployment) -> str:
         """A short human status: pending, running, exited N, deleted."""

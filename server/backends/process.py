@@ -170,5 +170,8 @@ class ProcessBackend:
             pump.cancel()
         dep.state["deleted"] = True
 
+    async def update_policy(self, dep: Deployment) -> None:
+        """Nothing to do: processes are not captured, the caretaker alone applies the policy."""
+
     def status(self, dep: Deployment) -> str:
         return workload_status(dep)

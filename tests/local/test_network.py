@@ -12,14 +12,18 @@ import errno
 import shlex
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from cornus_core.events import Event, HopDecision
+from cornus_core.caller import CallerSession
+from cornus_core.events import Error, Event, HopDecision, Log, PolicyApplied
 from cornus_core.proxy.settings import ProxySettings
+from cornus_core.spec import DeploySpec, EgressSpec
+from server.app import CornusServer
 from server.backends.local.backend import LocalBackend
 
-from .backend_support import Deploy, NameProxy
+from .backend_support import TOKEN, Deploy, NameProxy
 from .conftest import needs_root
 from .network import HTTP_PORT, OTHER_HTTP_PORT, PLAIN_PORT, UDP_PORT, IsolatedNetwork, Resolver, network
 
@@ -207,3 +211,42 @@ async def test_transparent_mode_on_the_test_network(
     assert echo.seen == []
     # An unknown name fails fast with the upstream's NXDOMAIN, passed through.
     assert lines_of(lines, "nxdomain") and lines_of(lines, "nxdomain")[0].startswith("failed"), lines
+
+
+async def test_a_live_policy_update_reloads_the_udp_rules(
+    local_server: CornusServer, wired: tuple[IsolatedNetwork, Resolver, ProxySettings], tmp_path: Path
+) -> None:
+    """UDP routing lives in the pod's nft rules: a live update that takes the cluster's address off the
+    `cluster` route drops its datagrams from then on."""
+    net, _, proxies = wired
+    go = tmp_path / "go"
+    udp = python("udp", UDP_CLIENT).replace("2>&1", f"{net.cluster.ip} {UDP_PORT} 2>&1", 1)
+    command = f"{udp}; echo first-done; while [ ! -e {go} ]; do sleep 0.05; done; {udp}"
+    v4, _ = net.cluster_cidrs
+    spec = {"command": command, "egress": {"mode": "transparent", "default": "deny",
+                                           "rules": [{"pattern": v4, "route": "cluster"}]}}
+    events: list[Event] = []
+    session = CallerSession(local_server.url, TOKEN, DeploySpec.model_validate(spec), on_event=events.append,
+                            proxies=proxies)
+    task = asyncio.create_task(session.run())
+    try:
+        async with asyncio.timeout(60):
+            while "first-done" not in [e.line for e in events if isinstance(e, Log)]:
+                assert not task.done(), events
+                await asyncio.sleep(0.05)
+        version = await session.apply_policy(EgressSpec.model_validate(
+            {"default": "deny", "rules": [{"pattern": v4, "route": "deny"}]}))
+        async with asyncio.timeout(30):
+            while {e.hop for e in events if isinstance(e, PolicyApplied) and e.version == version} != {
+                    "client", "server", "caretaker"}:
+                await asyncio.sleep(0.05)
+        go.write_text("")
+        outcome = await asyncio.wait_for(task, 60)
+    finally:
+        if not task.done():
+            await session.down()
+            await asyncio.wait_for(task, 30)
+    lines = [e.line for e in events if isinstance(e, Log) and e.source == "app"]
+    assert outcome.exit_code == 0, events
+    assert not [e for e in events if isinstance(e, Error)], events
+    assert lines_of(lines, "udp") == [f"udp from cluster peer={net.pod_ip}", f"send failed {errno.EPERM}"], lines

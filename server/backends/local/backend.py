@@ -11,7 +11,7 @@ every app TCP connection (IPv4 and IPv6, loopback and link-local excepted) to th
 the app's DNS (UDP and TCP port 53) to the caretaker's resolver (its dns role, which forwards to
 ``dns_upstream`` or the nameservers of /etc/resolv.conf). Other UDP is dropped unless the deployed policy
 routes its address ``cluster`` (see ``udp_policy``: name rules and PAC scripts cannot be said in nft, so
-from the first of them on UDP is dropped; live policy updates do not change these UDP rules). The
+from the first of them on UDP is dropped; a live policy update reloads these UDP rules). The
 workload starts only after the rules are loaded, and the caretaker listens before it says READY. The
 caretaker's own sockets are exempt: by its uid when a dedicated user exists on this machine (it then
 runs as that user), else by a socket mark it puts on every outbound socket (``CORNUS_SOCKET_MARK``).
@@ -252,19 +252,27 @@ class LocalBackend:
             port, dns_port = ready.get("capture_port"), ready.get("dns_port")
             if not isinstance(port, int) or not isinstance(dns_port, int):
                 raise BackendError(f"the caretaker's READY line names no capture and dns ports: {ready}")
-            egress = getattr(dep.spec, "egress", None) or EgressSpec()
-            udp = udp_policy(egress.rules, egress.default, egress.script)
             dep.emit(Status(state="deploying", detail=f"capturing the pod's TCP to the caretaker on port {port}, "
                                                       f"its DNS to port {dns_port}"))
-            dep.state["capture"] = True
-            await install_capture(port, exempt_uid=uid, exempt_mark=mark, dns_port=dns_port, udp=udp,
-                                  spawn=pod.spawn)
+            dep.state["capture"] = {"port": port, "exempt_uid": uid, "exempt_mark": mark, "dns_port": dns_port}
+            await self._load_capture(dep)
 
         env = {**base_env, **dict(getattr(dep.spec, "env", None) or {}), **ready.get("app_env", {})}
         dep.emit(Status(state="deploying", detail="starting workload"))
         app = await pod.spawn(argv, env, cwd=workdir, stdout=pipe, stderr=pipe)
         dep.state["app"] = app
         dep.state["app_pumps"] = [_pump(app.stdout, dep, "app", "stdout"), _pump(app.stderr, dep, "app", "stderr")]
+
+    async def update_policy(self, dep: Deployment) -> None:
+        """Transparent mode: the UDP rules follow the new policy (the table is replaced in one nft
+        transaction, so no datagram slips through in between; TCP needs nothing, the caretaker decides)."""
+        if dep.state.get("capture") and not dep.state.get("deleted"):
+            await self._load_capture(dep)
+
+    async def _load_capture(self, dep: Deployment) -> None:
+        egress = getattr(dep.spec, "egress", None) or EgressSpec()
+        udp = udp_policy(egress.rules, egress.default, egress.script)
+        await install_capture(**dep.state["capture"], udp=udp, spawn=dep.state["pod"].spawn)
 
     def _check_rootless(self, dep: Deployment) -> None:
         """What a user-namespace pod cannot do, refused before one is made."""
