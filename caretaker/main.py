@@ -125,6 +125,8 @@ async def start_roles(
             raise StartError(f"cannot listen for the egress role on port {config.egress.listen_port}: "
                              f"{exc.strerror or exc}") from None
         roles.append(egress)
+        if dns is not None:
+            dns.relayed = egress.relays_name  # follows live policy updates
         ready["egress"] = f"{host}:{port}"
         if config.egress.mode == "proxy":
             app_env.update(egress.app_env(config.egress.policy))

@@ -7,7 +7,13 @@ waiting out its own resolver timeouts. The A and AAAA answers are remembered (ad
 app asked for, for the answer's TTL plus a grace), so the egress role can give the policy a name for a
 captured connection that carries none of its own (no TLS SNI, no HTTP Host: a plain TCP protocol).
 
-The policy is not consulted here: a name routed ``deny`` still resolves; its connections are refused.
+The policy is consulted for one thing only: a name the cluster cannot resolve (NXDOMAIN, SERVFAIL, or no
+address) that the policy relays (``client`` or ``gateway``, e.g. a host only the caller's VPN knows) gets a
+stand-in address from 198.18.0.0/15 (reserved for benchmarks, never a real destination), stable for
+that name. Its connections are captured like any other and named by the stand-in, so they reach the
+relay, and the caller resolves the name on its side. AAAA questions for such names get an empty answer,
+so the app uses the stand-in. Any other name resolves as the cluster says: a name routed ``deny`` still
+resolves, and its connections are refused.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import cast
 
-from dnslib import QTYPE, RCODE, DNSError, DNSRecord
+from dnslib import QTYPE, RCODE, RR, A, DNSError, DNSRecord
 
 from cornus_core.proxy.transparent import set_socket_mark
 
@@ -38,6 +44,9 @@ NAME_GRACE = 30.0  # apps connect right after the answer, even one with TTL 0
 LISTEN_HOSTS = ("127.0.0.1", "::1")  # where the capture redirect lands
 BIND_ATTEMPTS = 5
 RESOLV_CONF = Path("/etc/resolv.conf")
+STAND_INS = ipaddress.ip_network("198.18.0.0/15")
+MAX_STAND_INS = 65536  # names with a stand-in at once; the least recently asked gives its address back
+STAND_IN_TTL = 60
 
 Upstream = tuple[str, int]
 
@@ -87,9 +96,12 @@ class NameMap:
     """Address -> the name an answer gave it; bounded (least recently answered goes first), expiring."""
 
     def __init__(self, size: int = MAX_NAMES, grace: float = NAME_GRACE,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_stand_ins: int = MAX_STAND_INS) -> None:
         self._size, self._grace, self._clock = size, grace, clock
         self._entries: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._max_stand_ins = max_stand_ins
+        self._stand_ins: OrderedDict[str, str] = OrderedDict()  # name -> stand-in, least recently asked first
+        self._stand_in_names: dict[str, str] = {}
 
     def remember(self, ip: str, name: str, ttl: int) -> None:
         key = _normal_ip(ip)
@@ -102,6 +114,8 @@ class NameMap:
 
     def name_for(self, ip: str | None) -> str | None:
         key = _normal_ip(ip)
+        if key in self._stand_in_names:
+            return self._stand_in_names[key]
         entry = self._entries.get(key) if key is not None else None
         if entry is None:
             return None
@@ -112,6 +126,25 @@ class NameMap:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def stand_in(self, name: str) -> str:
+        """The stand-in address of ``name`` (the same one every time while it is in use)."""
+        name = name.rstrip(".").lower()
+        ip = self._stand_ins.pop(name, None)
+        if ip is None:
+            if len(self._stand_ins) >= self._max_stand_ins:
+                _, ip = self._stand_ins.popitem(last=False)
+                del self._stand_in_names[ip]
+            else:
+                ip = str(STAND_INS[len(self._stand_ins) + 1])
+            self._stand_in_names[ip] = name
+        self._stand_ins[name] = ip
+        return ip
+
+    @staticmethod
+    def is_stand_in(ip: str | None) -> bool:
+        key = _normal_ip(ip)
+        return key is not None and ipaddress.ip_address(key) in STAND_INS
 
     def remember_answer(self, response: bytes) -> list[tuple[str, str]]:
         """Record the A/AAAA answers of a DNS response under the name asked; returns what was recorded.
@@ -132,6 +165,35 @@ class NameMap:
                 self.remember(ip, asked, int(rr.ttl))
                 recorded.append((ip, asked))
         return recorded
+
+
+def stand_in_reply(query: bytes, answer: bytes | None, names: NameMap,
+                   relayed: Callable[[str], bool]) -> bytes | None:
+    """The reply with a stand-in address, when ``answer`` (the upstream's, or SERVFAIL) left an A or AAAA
+    question for a relayed name without an address; None when the upstream's answer stands."""
+    try:
+        record = DNSRecord.parse(query)
+        result = DNSRecord.parse(answer) if answer is not None else None
+    except (DNSError, ValueError, IndexError, UnicodeError):
+        return None
+    if record.header.qr != 0 or len(record.questions) != 1:
+        return None
+    question = record.questions[0]
+    if question.qtype not in (QTYPE.A, QTYPE.AAAA):
+        return None
+    if result is not None and result.header.rcode == RCODE.NOERROR and any(
+            rr.rtype in (QTYPE.A, QTYPE.AAAA) for rr in result.rr):
+        return None  # the cluster resolves it
+    name = str(question.qname).rstrip(".").lower()
+    if not name or not relayed(name):
+        return None
+    reply = record.reply()
+    if question.qtype == QTYPE.A:
+        reply.add_answer(RR(question.qname, QTYPE.A, rdata=A(names.stand_in(name)), ttl=STAND_IN_TTL))
+    try:
+        return bytes(reply.pack())
+    except (DNSError, ValueError, IndexError, UnicodeError):
+        return None
 
 
 def servfail_for(query: bytes) -> bytes | None:
@@ -167,9 +229,11 @@ class DnsRole:
     """The resolver on 127.0.0.1 and ::1 (UDP and TCP, one port) that the capture rules send DNS to."""
 
     def __init__(self, upstreams: Sequence[Upstream], *, port: int = 0, mark: int | None = None,
-                 timeout: float = UPSTREAM_TIMEOUT, names: NameMap | None = None) -> None:
+                 timeout: float = UPSTREAM_TIMEOUT, names: NameMap | None = None,
+                 relayed: Callable[[str], bool] | None = None) -> None:
         self.upstreams = list(upstreams)
         self.names = names or NameMap()
+        self.relayed = relayed  # whether the policy relays a name: it gets a stand-in when unresolvable
         self._port = port
         self._mark = mark
         self._timeout = timeout
@@ -230,7 +294,14 @@ class DnsRole:
 
     async def resolve(self, query: bytes, *, tcp: bool = False) -> bytes | None:
         """The upstream's answer to ``query`` (remembered in ``names``), SERVFAIL when none answers, or
-        None for something that is not a query at all."""
+        None for something that is not a query at all; a stand-in for a relayed name the cluster cannot
+        resolve."""
+        answer = await self._forward(query, tcp)
+        if self.relayed is not None and (stand_in := stand_in_reply(query, answer, self.names, self.relayed)):
+            return stand_in
+        return answer
+
+    async def _forward(self, query: bytes, tcp: bool) -> bytes | None:
         for upstream in self.upstreams:
             try:
                 async with asyncio.timeout(self._timeout):

@@ -123,19 +123,26 @@ class EgressRole:
             return Refused(verdict.kind.value, verdict.reason)  # type: ignore[arg-type]
         return Connected(stream, stream)
 
+    def relays_name(self, name: str) -> bool:
+        """Whether the current policy relays ``name`` (the dns role gives such names a stand-in address
+        when the cluster cannot resolve them)."""
+        return self.policy.relays_name(name)
+
     def _named(self, request: ConnectionRequest) -> ConnectionRequest:
-        """A captured connection that carries no name of its own, named by the dns role's answer."""
-        if request.protocol != "transparent" or request.host is not None or self.names is None:
+        """A captured connection that carries no name of its own, named by the dns role's answer. A
+        stand-in address means nothing beyond the pod: the connection goes on by its name alone."""
+        if request.protocol != "transparent" or self.names is None:
             return request
-        name = self.names.name_for(request.ip)
-        if name is None:
-            return request
-        return dataclasses.replace(request, host=name, url=tcp_url(name, request.port))
+        stand_in = self.names.is_stand_in(request.ip)
+        if request.host is None and (name := self.names.name_for(request.ip)) is not None:
+            request = dataclasses.replace(request, host=name, url=tcp_url(name, request.port))
+        return dataclasses.replace(request, ip=None) if stand_in and request.host is not None else request
 
     async def _dial_cluster(self, request: ConnectionRequest) -> ConnectResult:
         # A captured connection goes where the app dialed; its sniffed name only informs the policy.
         target = request.ip if request.protocol == "transparent" else request.host or request.ip
-        assert target is not None
+        if target is None:  # the dns role's stand-in for a name the cluster cannot resolve
+            return Refused("refused", f"{request.destination} does not resolve in the cluster")
         try:
             async with asyncio.timeout(CLUSTER_DIAL_TIMEOUT):
                 if self._mark is None:

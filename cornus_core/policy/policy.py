@@ -113,6 +113,18 @@ class Policy:
             or any(rule.route is Route.CLIENT for rule in self.rules)
         )
 
+    def relays_name(self, name: str) -> bool:
+        """Whether a connection to ``name``, its address unknown, is relayed (``client`` or ``gateway``)
+        on some port: 80, 443 or a port a rule names. The pod's resolver answers for such a name when the
+        cluster cannot resolve it, so that the connection reaches the relay at all."""
+        ports = {80, 443} | {rule.pattern.port for rule in self.rules if rule.pattern.port is not None}
+        for port in sorted(ports):
+            url = {80: f"http://{name}/", 443: f"https://{name}/"}.get(port)
+            decision = self.route(Destination(host=name, ip=None, port=port, url=url))
+            if decision.route in (Route.CLIENT, Route.GATEWAY):
+                return True
+        return False
+
     def cache_clear(self) -> None:
         self._cache.clear()
 

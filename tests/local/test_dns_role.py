@@ -9,7 +9,14 @@ from dnslib import AAAA, QTYPE, RR, A, DNSRecord
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caretaker.roles.dns import NameMap, UpstreamError, parse_upstream, resolv_conf_upstreams, servfail_for
+from caretaker.roles.dns import (
+    NameMap,
+    UpstreamError,
+    parse_upstream,
+    resolv_conf_upstreams,
+    servfail_for,
+    stand_in_reply,
+)
 from cornus_core.proxy.transparent import capture_ruleset, udp_policy
 
 
@@ -50,6 +57,61 @@ def test_any_bytes_record_nothing_or_answers(data: bytes) -> None:
     NameMap().remember_answer(data)
     result = servfail_for(data)
     assert result is None or isinstance(result, bytes)
+
+
+def _query(name: str, kind: str = "A") -> bytes:
+    return bytes(DNSRecord.question(name, kind).pack())
+
+
+def _nxdomain(query: bytes) -> bytes:
+    reply = DNSRecord.parse(query).reply()
+    reply.header.rcode = 3
+    return bytes(reply.pack())
+
+
+def relayed(name: str) -> bool:
+    return name.endswith(".vpn")
+
+
+def test_a_relayed_name_the_cluster_cannot_resolve_gets_a_stable_stand_in() -> None:
+    names = NameMap()
+    query = _query("Git.VPN.")
+    reply = DNSRecord.parse(stand_in_reply(query, _nxdomain(query), names, relayed) or b"")
+    [record] = reply.rr
+    assert reply.header.id == DNSRecord.parse(query).header.id and reply.header.rcode == 0
+    assert str(record.rdata) == "198.18.0.1" and names.name_for("198.18.0.1") == "git.vpn"
+    again = DNSRecord.parse(stand_in_reply(query, servfail_for(query), names, relayed) or b"")
+    assert str(again.rr[0].rdata) == "198.18.0.1"  # stable while in use; SERVFAIL counts as unresolved
+    assert NameMap.is_stand_in("198.18.0.1") and not NameMap.is_stand_in("10.0.0.1")
+    # AAAA: an empty answer, so the app takes the IPv4 stand-in.
+    aaaa = _query("git.vpn", "AAAA")
+    empty = DNSRecord.parse(stand_in_reply(aaaa, _nxdomain(aaaa), names, relayed) or b"")
+    assert empty.header.rcode == 0 and empty.rr == []
+
+
+def test_the_cluster_answer_stands_for_resolvable_or_unrelayed_names() -> None:
+    names = NameMap()
+    resolvable = _query("git.vpn")
+    assert stand_in_reply(resolvable, answer("git.vpn", ("A", "10.1.2.3", 60)), names, relayed) is None
+    unrelayed = _query("nowhere.test")
+    assert stand_in_reply(unrelayed, _nxdomain(unrelayed), names, relayed) is None
+    mx = _query("git.vpn", "MX")
+    assert stand_in_reply(mx, _nxdomain(mx), names, relayed) is None
+    assert len(names) == 0 and names.name_for("198.18.0.1") is None
+
+
+def test_stand_ins_are_recycled_least_recently_asked_first() -> None:
+    names = NameMap(max_stand_ins=2)
+    a, b = names.stand_in("a.vpn"), names.stand_in("b.vpn")
+    assert names.stand_in("a.vpn") == a  # a is now the most recently asked
+    c = names.stand_in("c.vpn")
+    assert c == b and names.name_for(b) == "c.vpn" and names.name_for(a) == "a.vpn"
+
+
+@given(st.binary(max_size=300), st.binary(max_size=300))
+def test_stand_in_replies_survive_any_bytes(query: bytes, upstream: bytes) -> None:
+    result = stand_in_reply(query, upstream, NameMap(), lambda name: True)
+    assert result is None or DNSRecord.parse(result).header.qr == 1
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import shlex
 import sys
 from collections.abc import AsyncIterator
@@ -98,7 +99,8 @@ async def wired(local_backend: LocalBackend, network: IsolatedNetwork) -> AsyncI
     })
     local_backend.pod_setup = net.join
     local_backend.dns_upstream = [await resolver.start(net.caller_ip)]
-    proxy = NameProxy({"corp.test": net.corp.ip, "denied.test": net.corp.ip})
+    # vpn-only.test: only the caller's side knows it; the pods' resolver answers NXDOMAIN.
+    proxy = NameProxy({"corp.test": net.corp.ip, "denied.test": net.corp.ip, "vpn-only.test": net.corp.ip})
     proxies = ProxySettings(all_proxy=await proxy.start())
     try:
         yield net, resolver, proxies
@@ -250,3 +252,32 @@ async def test_a_live_policy_update_reloads_the_udp_rules(
     assert outcome.exit_code == 0, events
     assert not [e for e in events if isinstance(e, Error)], events
     assert lines_of(lines, "udp") == [f"udp from cluster peer={net.pod_ip}", f"send failed {errno.EPERM}"], lines
+
+
+async def test_a_relayed_name_the_cluster_cannot_resolve_gets_a_stand_in(
+    deploy: Deploy, wired: tuple[IsolatedNetwork, Resolver, ProxySettings]
+) -> None:
+    """The pod's DNS says NXDOMAIN for a host only the caller's VPN knows; the policy relays it, so the
+    caretaker's resolver answers a stand-in address and the connection goes on by name."""
+    net, resolver, proxies = wired
+    lookup = "import socket\nprint(socket.gethostbyname('vpn-only.test'))"
+    commands = [
+        python("address", lookup),
+        curl("http", f"http://vpn-only.test:{HTTP_PORT}/"),
+        python("plain", PLAIN_CLIENT.format(port=PLAIN_PORT)).replace("2>&1", "vpn-only.test 2>&1", 1),
+        python("unrelayed", "import socket\ntry:\n socket.gethostbyname('nowhere.test')\nexcept OSError as e:"
+                            "\n print('failed')"),
+    ]
+    rules = [{"pattern": "vpn-only.test", "route": "client"}]
+    spec = {"command": "; ".join(commands), "egress": {"mode": "transparent", "default": "deny", "rules": rules}}
+    run = await deploy(spec, proxies=proxies)
+    lines = run.app_lines
+    assert run.outcome is not None and run.outcome.exit_code == 0, run.events
+    assert "vpn-only.test" in resolver.asked  # the cluster was asked first
+    [address] = lines_of(lines, "address")
+    assert ipaddress.ip_address(address) in ipaddress.ip_network("198.18.0.0/15"), lines
+    assert lines_of(lines, "http")[:2] == [f"hello from corp peer={net.caller_ip}", "status=200"], lines
+    assert lines_of(lines, "plain") == [f"pong from corp peer={net.caller_ip}"], lines  # named by its stand-in
+    assert lines_of(lines, "unrelayed") == ["failed"], lines  # not relayed: the cluster's NXDOMAIN stands
+    first = [e for e in run.events if isinstance(e, HopDecision) and e.hop == "caretaker"]
+    assert {(e.host, e.ip, str(e.route)) for e in first} == {("vpn-only.test", None, "client")}, first

@@ -320,3 +320,19 @@ def test_any_destination_gets_a_decision(destination: Destination, now_ms: int |
 def test_policy_repr() -> None:
     assert repr(compile_policy(CORPORATE)).startswith("<Policy ")
     assert isinstance(compile_policy({}), Policy)
+
+
+def test_relays_name_asks_ports_80_443_and_those_rules_name() -> None:
+    policy = compile_policy(EgressSpec(default="cluster", rules=[
+        RuleSpec("10.0.0.0/8", "cluster"),  # an address rule cannot match a name without an address
+        RuleSpec("*.corp.example", "client"),
+        RuleSpec("db.vpn:5432", "gateway"),
+        RuleSpec("*:25", "deny"),
+    ]))
+    assert policy.relays_name("git.corp.example") and policy.relays_name("db.vpn")
+    assert not policy.relays_name("svc.cluster.local") and not policy.relays_name("mail.example")
+    everything = compile_policy(EgressSpec(default="client"))
+    assert everything.relays_name("anything.example")
+    pac = compile_policy(EgressSpec(script='function FindProxyForURL(url, host) {'
+                                           ' return url.substring(0, 6) == "https:" ? "PROXY p:1" : "DIRECT"; }'))
+    assert pac.relays_name("secure.example")  # relayed for https on 443
