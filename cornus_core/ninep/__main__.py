@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from .. import aio
 from .constants import DEFAULT_MAX_MSIZE
 from .server import serve_tcp
 
@@ -34,7 +35,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m cornus_cor
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(message)s")
     try:
-        asyncio.run(_serve(args.root, *args.listen, read_only=args.ro, max_msize=args.msize))
+        aio.run(_serve(args.root, *args.listen, read_only=args.ro, max_msize=args.msize))
     except KeyboardInterrupt:
         pass
     except OSError as exc:
