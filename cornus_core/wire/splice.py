@@ -116,6 +116,7 @@ async def splice(a: Endpoint, b: Endpoint, *, chunk: int = 256 * 1024) -> Splice
         other.cancel()
         raise
     if not errors:
-        await end_a.close()
-        await end_b.close()
+        for end in (end_a, end_b):
+            with contextlib.suppress(Exception):  # the session may be gone by now: nothing left to close
+                await end.close()
     return SpliceResult(counts[0], counts[1], errors[0] if errors else None)
