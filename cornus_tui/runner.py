@@ -41,7 +41,7 @@ class Target:
     backend: str = ""  # the embedded server's backend; empty for a remote server
 
 
-BACKEND_ENV = "CORNUS_BACKEND"  # process | local: the embedded server's backend, instead of detecting one
+BACKEND_ENV = "CORNUS_BACKEND"  # process | local | dockerhost: the embedded server's backend, instead of detecting one
 
 
 @contextlib.asynccontextmanager
@@ -50,7 +50,7 @@ async def session_target(server_url: str | None, token: str | None = None) -> As
 
     The embedded server deploys into local pods (network namespaces) when this machine allows them,
     else into plain processes, and then says so in a non-fatal error event of every session:
-    transparent egress and network isolation need pods. `CORNUS_BACKEND=process|local` chooses instead;
+    transparent egress and network isolation need pods. `CORNUS_BACKEND=process|local|dockerhost` chooses instead;
     `CORNUS_LOCAL_NAT=1` lets pods' own `cluster` egress leave the machine through IPv4 NAT.
     """
     if server_url:

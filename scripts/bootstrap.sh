@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3-venv python3-dev nftables iproute2 curl fuse3 libfuse3-3 util-linux tmux)
+APT_PACKAGES=(python3-venv python3-dev nftables iproute2 curl fuse3 libfuse3-3 util-linux tmux docker.io busybox-static)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--advertise", metavar="URL", help="ws:// URL caretakers dial (default: the listen address)")
     parser.add_argument("--backend", choices=CHOICES, default="auto",
                         help="where workloads run: local pods (network namespaces, needs root), plain processes, "
-                        "or auto (pods when this machine allows them)")
+                        "containers of the spec's image on this machine's Docker engine ($DOCKER_HOST; network "
+                        "$CORNUS_DOCKER_NETWORK, default bridge), or auto (pods when this machine allows them)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 

@@ -196,6 +196,12 @@ def stand_in_reply(query: bytes, answer: bytes | None, names: NameMap,
         return None
 
 
+def _errno(exc: OSError) -> int | None:
+    """The error number, also where uvloop's datagram endpoints keep it only on the cause."""
+    cause = exc.__cause__
+    return exc.errno or (cause.errno if isinstance(cause, OSError) else None)
+
+
 def servfail_for(query: bytes) -> bytes | None:
     """A SERVFAIL reply to ``query``, or None when it is not a DNS query one could answer."""
     try:
@@ -252,7 +258,7 @@ class DnsRole:
                 await self._listen(self._port)
             except OSError as exc:
                 await self._close_listeners()
-                if self._port or exc.errno != errno.EADDRINUSE:
+                if self._port or _errno(exc) != errno.EADDRINUSE:
                     raise
                 continue
             return self.port
@@ -265,7 +271,7 @@ class DnsRole:
                 transport, _ = await loop.create_datagram_endpoint(
                     lambda: _UdpServer(self), local_addr=(host, port))
             except OSError as exc:
-                if host != LISTEN_HOSTS[0] and exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                if host != LISTEN_HOSTS[0] and _errno(exc) in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
                     continue  # no IPv6 here: nothing is redirected to ::1 either
                 raise
             self._transports.append(transport)

@@ -9,18 +9,23 @@ import os
 import sys
 
 from .base import Backend, BackendError
+from .docker import DockerBackend
 from .local import detect_isolation
 from .local.backend import Listeners, LocalBackend
 from .process import ProcessBackend
 
 NAT_ENV = "CORNUS_LOCAL_NAT"  # 1: local pods get IPv4 NAT for their own `cluster` egress (off by default)
-CHOICES = ("auto", "local", "process")
+DOCKER_NETWORK_ENV = "CORNUS_DOCKER_NETWORK"  # the dockerhost containers' network (default: bridge)
+CHOICES = ("auto", "local", "process", "dockerhost")
 
 
 async def choose_backend(choice: str | None) -> Backend:
-    """`local`, `process`, or (empty / `auto`) whatever this machine allows."""
+    """`local`, `process`, `dockerhost`, or (empty / `auto`) whatever this machine allows (never Docker:
+    that is the operator's choice)."""
     choice = (choice or "").strip().lower()
     nat = os.environ.get(NAT_ENV, "").strip() in ("1", "true", "yes")
+    if choice == "dockerhost":
+        return DockerBackend(network=os.environ.get(DOCKER_NETWORK_ENV, "").strip() or "bridge")
     if choice == "local":
         return LocalBackend(nat=nat)
     if choice == "process":
@@ -48,14 +53,17 @@ def rootless_notice(failures: tuple[str, ...], *, nat: bool) -> str:
 
 
 async def start_backend(backend: Backend, server: Listeners) -> None:
-    """Local pods need the server to listen where pods reach it, and clean a crashed run's leftovers."""
-    if isinstance(backend, LocalBackend):
+    """Pods and containers need the server to listen where their caretakers reach it, and clean a crashed
+    run's leftovers."""
+    if isinstance(backend, LocalBackend | DockerBackend):
         backend.listeners = server
-        with contextlib.suppress(BackendError):  # it fails again, with its reason, at deploy
+        try:
             await backend.start()
+        except BackendError as exc:  # it fails again, with its reason, at deploy
+            print(f"cornus: {exc}", file=sys.stderr)
 
 
 async def stop_backend(backend: Backend) -> None:
-    if isinstance(backend, LocalBackend):
+    if isinstance(backend, LocalBackend | DockerBackend):
         with contextlib.suppress(BackendError):
             await backend.close()

@@ -1,0 +1,124 @@
+"""The dockerhost backend on a real Docker engine: busybox containers with no network of their own, so
+whatever they reach beyond their loopback came through the caretaker and the relay."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cornus_core.caller import CallerSession, Outcome
+from cornus_core.events import Event, HopDecision, Log
+from cornus_core.proxy.settings import ProxySettings
+from cornus_core.spec import DeploySpec
+from server.app import CornusServer
+from server.backends.docker import DockerBackend
+from server.backends.docker.backend import mounts_under
+from tests.local.backend_support import NameProxy, Target
+
+from .conftest import IMAGE, TOKEN
+
+Server = tuple[CornusServer, DockerBackend]
+
+
+async def _run(server: CornusServer, spec: dict[str, Any], proxies: ProxySettings | None = None,
+               ) -> tuple[Outcome, list[Event]]:
+    events: list[Event] = []
+    session = CallerSession(server.url, TOKEN, DeploySpec.model_validate(spec), on_event=events.append,
+                            proxies=proxies or ProxySettings())
+    outcome = await asyncio.wait_for(session.run(), 90)
+    return outcome, events
+
+
+def _app(events: list[Event]) -> list[str]:
+    return [e.line for e in events if isinstance(e, Log) and e.source == "app"]
+
+
+@pytest.fixture
+async def caller_side() -> Any:
+    """A service only this side reaches (the host's loopback), known by a name only this side's proxy
+    resolves."""
+    target = await Target("the caller's side").start()
+    proxy = NameProxy({"target.test": "127.0.0.1"})
+    proxies = ProxySettings(all_proxy=await proxy.start())
+    yield target, proxies
+    await target.close()
+    await proxy.close()
+
+
+async def test_proxy_mode_relays_from_the_callers_side(docker_server: Server, caller_side: Any) -> None:
+    server, backend = docker_server
+    target, proxies = caller_side
+    url = f"http://target.test:{target.port}/"
+    spec = {"image": IMAGE, "command": f"wget -q -O- {url}; wget -q -O- http://denied.test/ || echo denied",
+            "egress": {"mode": "proxy", "default": "deny", "rules": [{"pattern": "target.test", "route": "client"}]}}
+    outcome, events = await _run(server, spec, proxies)
+    assert outcome.exit_code == 0, events
+    assert _app(events)[:1] == ["hello from the caller's side"] and "denied" in _app(events), events
+    hops = {(e.hop, str(e.route)) for e in events if isinstance(e, HopDecision) and e.host == "target.test"}
+    assert hops == {("caretaker", "client"), ("server", "client"), ("client", "client")}
+    assert await backend.engine.containers("cornus.backend=cornustest") == []  # removed at teardown
+    assert not any((backend.run_dir).iterdir())
+
+
+async def test_transparent_mode_captures_an_app_that_ignores_proxies(docker_server: Server, caller_side: Any) -> None:
+    """The container has no network: its DNS question is answered with a stand-in (the name is relayed),
+    its connection captured and relayed by name; the caller's proxy knows the name."""
+    server, _ = docker_server
+    target, proxies = caller_side
+    command = f"env | grep -i _proxy || echo no-proxy-variables; wget -q -O- http://target.test:{target.port}/"
+    spec = {"image": IMAGE, "command": command,
+            "egress": {"mode": "transparent", "default": "deny",
+                       "rules": [{"pattern": "target.test", "route": "client"}]}}
+    outcome, events = await _run(server, spec, proxies)
+    assert outcome.exit_code == 0, events
+    assert _app(events) == ["no-proxy-variables", "hello from the caller's side"], events
+    [first] = [e for e in events if isinstance(e, HopDecision) and e.hop == "caretaker"]
+    assert (first.host, first.ip, str(first.route)) == ("target.test", None, "client")
+
+
+async def test_mounts_show_the_callers_directory_and_take_writes(docker_server: Server, tmp_path: Path) -> None:
+    server, backend = docker_server
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "hello.txt").write_text("from the caller\n")
+    spec = {"image": IMAGE, "command": "cat /data/hello.txt && echo from the container > /data/out.txt",
+            "mounts": [{"source": str(source), "target": "/data"}]}
+    outcome, events = await _run(server, spec)
+    assert outcome.exit_code == 0, events
+    assert "from the caller" in _app(events)
+    assert (source / "out.txt").read_text() == "from the container\n"
+    # Teardown unmounted the 9P mount and the shared bind beneath it, and removed the run directory.
+    assert mounts_under(backend.run_dir) == [] and not any(backend.run_dir.iterdir())
+
+
+async def test_the_workloads_exit_status_and_the_images_own_command(docker_server: Server) -> None:
+    server, _ = docker_server
+    outcome, events = await _run(server, {"image": IMAGE, "command": ["sh", "-c", "echo bye; exit 3"]})
+    assert outcome.exit_code == 3 and "bye" in _app(events)
+
+
+async def test_clear_errors_before_anything_runs(docker_server: Server) -> None:
+    server, _ = docker_server
+    outcome, _ = await _run(server, {"image": "cornus-test/absent:1", "command": "true"})
+    assert outcome.exit_code is None and outcome.reason == "deploy failed"
+    assert any("not on the Docker engine" in m and "never pulls" in m for m in outcome.errors), outcome.errors
+    outcome, _ = await _run(server, {"command": "true"})
+    assert any("set `image`" in m for m in outcome.errors), outcome.errors
+
+
+def test_the_embedded_server_on_dockerhost(dockerd: str, tmp_path: Path) -> None:
+    """`CORNUS_BACKEND=dockerhost cornus-tui --plain`: the user's command line, end to end."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"image: {IMAGE}\ncommand: echo hello from the container\n")
+    env = {**os.environ, "CORNUS_BACKEND": "dockerhost", "DOCKER_HOST": dockerd, "CORNUS_DOCKER_NETWORK": "none"}
+    done = subprocess.run([str(Path(sys.executable).parent / "cornus-tui"), "-f", str(spec), "--plain"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "app: hello from the container" in done.stdout and "ready deployment=" in done.stdout, done.stdout
+    assert "backend=dockerhost" in done.stdout
