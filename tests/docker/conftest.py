@@ -26,6 +26,7 @@ from server.gateway import Gateway
 
 TOKEN = "dockerhost-test-token"
 IMAGE = "cornus-test/busybox:1"
+IMAGE_WITH_CMD = "cornus-test/busybox:with-cmd"  # the same files, with an entrypoint and a command of its own
 APPLETS = ("sh", "cat", "echo", "wget", "ls", "env", "sleep", "grep", "true", "false", "nslookup")
 
 
@@ -91,11 +92,13 @@ def _import_busybox(sock: Path) -> None:
             link = tarfile.TarInfo(f"bin/{applet}")
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)
-    repo, tag = IMAGE.split(":")
+    changes = ['ENTRYPOINT ["/bin/sh", "-c"]', 'CMD ["echo from the image itself"]']
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://docker", timeout=60) as c:
-        response = c.post("/images/create", params={"fromSrc": "-", "repo": repo, "tag": tag},
-                          content=buf.getvalue(), headers={"Content-Type": "application/x-tar"})
-        assert response.status_code == 200, response.text
+        for image, change in ((IMAGE, []), (IMAGE_WITH_CMD, changes)):
+            repo, tag = image.split(":")
+            response = c.post("/images/create", params={"fromSrc": "-", "repo": repo, "tag": tag, "changes": change},
+                              content=buf.getvalue(), headers={"Content-Type": "application/x-tar"})
+            assert response.status_code == 200, response.text
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from server.backends.docker import DockerBackend
 from server.backends.docker.backend import mounts_under
 from tests.local.backend_support import NameProxy, Target
 
-from .conftest import IMAGE, TOKEN
+from .conftest import IMAGE, IMAGE_WITH_CMD, TOKEN
 
 Server = tuple[CornusServer, DockerBackend]
 
@@ -97,10 +97,18 @@ async def test_mounts_show_the_callers_directory_and_take_writes(docker_server: 
     assert mounts_under(backend.run_dir) == [] and not any(backend.run_dir.iterdir())
 
 
-async def test_the_workloads_exit_status_and_the_images_own_command(docker_server: Server) -> None:
+async def test_the_workloads_exit_status(docker_server: Server) -> None:
     server, _ = docker_server
     outcome, events = await _run(server, {"image": IMAGE, "command": ["sh", "-c", "echo bye; exit 3"]})
     assert outcome.exit_code == 3 and "bye" in _app(events)
+
+
+async def test_the_images_own_command_or_the_specs_in_its_place(docker_server: Server) -> None:
+    server, _ = docker_server
+    outcome, events = await _run(server, {"image": IMAGE_WITH_CMD})
+    assert outcome.exit_code == 0 and _app(events) == ["from the image itself"], events
+    outcome, events = await _run(server, {"image": IMAGE_WITH_CMD, "command": ["echo", "the spec's"]})
+    assert outcome.exit_code == 0 and _app(events) == ["the spec's"], events  # not run by the entrypoint
 
 
 async def test_clear_errors_before_anything_runs(docker_server: Server) -> None:

@@ -1,21 +1,22 @@
 """The dockerhost backend: each deployment is a container of the spec's ``image`` on a Docker engine of this
 machine, with its caretaker beside it in the container's network namespace.
 
-The caretaker runs on the host, entered into the container's network namespace only: it shares the
-app's loopback (the proxy port, the DNS role, credential endpoints) and its capture rules, while it keeps
-the host's filesystem, so it reaches the server through a unix socket in the run directory (whatever
-network the container has) and its 9P mounts land under the run directory, from where they propagate
-into the container (each mount is a bind with ``rslave`` propagation at its target; a directory, so
-single-file mounts are not available here). It runs as root, exempt from capture by its socket mark.
+A pod is two containers of that image, like a Kubernetes pod and its pause container: a holder that only
+keeps the network namespace (it runs a static busybox bind-mounted read-only, so the image needs nothing),
+and the workload, started with ``--network container:<holder>`` once the caretaker is READY, with the
+caretaker's variables (proxy settings, credential URLs and env deliveries) in its environment. The
+spec's ``command`` replaces the image's entrypoint and command; without one the image runs as built.
 
-The container starts at once (its network namespace must exist for the caretaker), but its command
-waits behind a gate: a static busybox bind-mounted read-only at ``/.cornus`` loops until the backend
-writes ``/.cornus/env`` (the caretaker's variables: proxy settings, credential URLs) and creates
-``/.cornus/go``, then sources the one and execs the workload. Images need no shell of their own. This
-backend never pulls: an image must already be on the engine (``docker load`` or ``docker import``).
+The caretaker runs on the host, entered into the holder's network namespace only: it shares the app's
+loopback (the proxy port, the DNS role, credential endpoints) and its capture rules, while it keeps the
+host's filesystem, so it reaches the server through a unix socket in the run directory (whatever network
+the containers have) and its 9P mounts land under the run directory, from where they propagate into the
+workload (each mount is a bind with ``rslave`` propagation at its target; a directory, so single-file
+mounts are not available here). It runs as root, exempt from capture by its socket mark. This backend
+never pulls: an image must already be on the engine (``docker load`` or ``docker import``).
 
-Teardown: the container first (stopped, then removed), then the caretaker (which unmounts its mounts),
-the server's unix listener, and the run directory.
+Teardown: the workload first, then the caretaker (which unmounts its mounts), the holder, the server's
+unix listener, and the run directory.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -46,9 +46,7 @@ from .engine import Engine, EngineError, LogError, engine_host
 log = logging.getLogger(__name__)
 
 CARETAKER_MARK = 0x636E6374  # the caretaker's own sockets, let by the capture rules
-GATE_DIR = "/.cornus"
-# Waits for the backend's go, takes the caretaker's variables, becomes the workload.
-GATE = f'while [ ! -e {GATE_DIR}/go ]; do {GATE_DIR}/busybox sleep 0.05; done; . {GATE_DIR}/env; exec "$@"'
+HOLDER_BUSYBOX = "/.cornus/busybox"  # bind-mounted read-only: the holder needs nothing from the image
 BUSYBOX_PATHS = ("/bin/busybox", "/usr/bin/busybox")
 LABEL = "cornus.backend"
 DEFAULT_RUN_DIR = Path("/run/cornus/docker")
@@ -56,7 +54,6 @@ DEFAULT_RUN_DIR = Path("/run/cornus/docker")
 # connection reaches the capture rules instead of failing with "network unreachable".
 DEAD_END_ROUTE = ["link add cornus0 type veth peer name cornus0p", "addr add 192.0.2.2/32 dev cornus0",
                   "link set cornus0p up", "link set cornus0 up", "route add default dev cornus0"]
-_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SETUP_ERRORS = (EngineError, CaptureError, OSError, LogError)
 
 
@@ -112,52 +109,42 @@ class DockerBackend:
         if not image:
             raise BackendError("the dockerhost backend runs the spec's image: set `image`")
         try:
-            await self._apply(dep, image)
+            await self._apply(dep, image, self.listeners)
         except _SETUP_ERRORS as exc:
             raise BackendError(str(exc)) from None
 
-    async def _apply(self, dep: Deployment, image: str) -> None:
+    async def _apply(self, dep: Deployment, image: str, listeners: Listeners) -> None:
         found = await self.engine.image(image)
         if found is None:
             raise BackendError(f"image {image!r} is not on the Docker engine at {self.engine.host} (this "
                                "backend never pulls: docker load or docker import it first)")
-        argv = _argv(dep.spec, found)
         run = self.run_dir / dep.id
         dep.state["run"] = run
-        gate = run / "gate"
-        gate.mkdir(mode=0o700, parents=True)
-        shutil.copy2(_busybox(), gate / "busybox")
-        (gate / "env").write_text("")
-        config = dict(dep.caretaker_config)
-        binds = [f"{gate}:{GATE_DIR}:ro"]
-        if config.get("mounts"):
-            binds += await self._mount_points(dep, run, config)
-        spec_env = dict(getattr(dep.spec, "env", None) or {})
-        dep.emit(Status(state="deploying", detail=f"creating a container of {image}"))
-        cid = await self.engine.create(f"{self.prefix}-{dep.id}".replace("_", "-"), {
-            "Image": image,
-            "Entrypoint": [f"{GATE_DIR}/busybox", "sh", "-c", GATE, "cornus-gate"],
-            "Cmd": argv,
-            "Env": [f"{k}={v}" for k, v in spec_env.items()],
-            "WorkingDir": getattr(dep.spec, "workdir", None) or "",
-            "Labels": {LABEL: self.prefix, "cornus.deployment": dep.id},
-            "HostConfig": {"NetworkMode": self.network, "Binds": binds},
+        run.mkdir(mode=0o700, parents=True)
+        name = f"{self.prefix}-{dep.id}".replace("_", "-")
+        labels = {LABEL: self.prefix, "cornus.deployment": dep.id}
+        dep.emit(Status(state="deploying", detail=f"creating the pod's network holder from {image}"))
+        holder = await self.engine.create(f"{name}-net", {
+            "Image": image, "Entrypoint": [HOLDER_BUSYBOX, "sleep", "2147483647"], "Cmd": [], "Labels": labels,
+            "HostConfig": {"NetworkMode": self.network, "Binds": [f"{_busybox()}:{HOLDER_BUSYBOX}:ro"]},
         })
-        dep.state["container"] = cid
-        await self.engine.start(cid)
-        pid = int((await self.engine.inspect(cid))["State"]["Pid"])
-        netns = f"/proc/{pid}/ns/net"
+        dep.state["holder"] = holder
+        await self.engine.start(holder)
+        state = (await self.engine.inspect(holder))["State"]
+        if not state.get("Running") or not state.get("Pid"):
+            raise BackendError(f"the pod's network holder exited at once: {state.get('Error') or state}")
+        netns = f"/proc/{int(state['Pid'])}/ns/net"
         dep.state["netns"] = netns
-        dep.state["logs"] = asyncio.create_task(self._pump_logs(dep, cid))
-        dep.emit(Status(state="deploying", detail=f"container {cid[:12]} (network {self.network})"))
 
+        config = dict(dep.caretaker_config)
+        binds = await self._mount_points(run, config) if config.get("mounts") else []
         transparent = (config.get("egress") or {}).get("mode") == "transparent"
         if transparent and self.network == "none":
             await _run(["nsenter", f"--net={netns}", "ip", "-batch", "-"], "\n".join(DEAD_END_ROUTE) + "\n",
                        what="a default route for the capture rules")
         if transparent and self.dns_upstream:
             config["dns"] = {**(config.get("dns") or {}), "upstream": self.dns_upstream}
-        url = await self.listeners.add_unix_listener(str(run / "caretaker.sock"))  # type: ignore[union-attr]
+        url = await listeners.add_unix_listener(str(run / "caretaker.sock"))
         dep.state["listener"] = url
         env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ}
         env |= {
@@ -182,19 +169,32 @@ class DockerBackend:
                 raise BackendError(f"the caretaker's READY line names no capture and dns ports: {ready}")
             dep.state["capture"] = {"port": port, "exempt_mark": CARETAKER_MARK, "dns_port": dns_port}
             await self._load_capture(dep)
-        _write_env(gate / "env", ready.get("app_env") or {})
-        (gate / "go").touch()
-        dep.state["app"] = True
-        dep.emit(Status(state="deploying", detail="starting workload"))
 
-    async def _mount_points(self, dep: Deployment, run: Path, config: dict[str, Any]) -> list[str]:
+        app_env = {**dict(getattr(dep.spec, "env", None) or {}), **(ready.get("app_env") or {})}
+        command = getattr(dep.spec, "command", None)
+        dep.emit(Status(state="deploying", detail="starting workload"))
+        app = await self.engine.create(name, {
+            "Image": image,
+            # The spec's command replaces the image's entrypoint and command; else the image's own run.
+            **({"Entrypoint": list(command[:1]), "Cmd": list(command[1:])} if command else {}),
+            "Env": [f"{k}={v}" for k, v in app_env.items()],
+            "WorkingDir": getattr(dep.spec, "workdir", None) or "",
+            "Labels": labels,
+            "HostConfig": {"NetworkMode": f"container:{holder}", "Binds": binds},
+        })
+        dep.state["container"] = app
+        await self.engine.start(app)
+        # After the start: a log request for a container that is not running yet ends at once, empty.
+        dep.state["logs"] = asyncio.create_task(self._pump_logs(dep, app))
+        dep.state["app"] = True
+
+    async def _mount_points(self, run: Path, config: dict[str, Any]) -> list[str]:
         """Each mount's directory under the run directory, where the caretaker mounts it, and the bind that
         shows it at the target inside the container. The directory is a shared mount of its own, so mounts
         made under it later propagate into the container."""
         mounts_dir = run / "mounts"
         mounts_dir.mkdir(mode=0o700)
         await _run(["mount", "--bind", str(mounts_dir), str(mounts_dir)], what="the mounts directory")
-        dep.state["shared"] = mounts_dir
         await _run(["mount", "--make-rshared", str(mounts_dir)], what="the mounts directory")
         binds, moved = [], []
         for mount in config["mounts"]:
@@ -244,16 +244,12 @@ class DockerBackend:
         return code
 
     async def delete(self, dep: Deployment) -> None:
-        cid = dep.state.get("container")
-        if cid is not None:  # the workload goes first
-            try:
-                await self.engine.stop(cid, self.stop_grace)
-                await self.engine.remove(cid)
-            except EngineError as exc:
-                log.warning("dockerhost: %s", exc)
+        """The workload first, then its caretaker (which unmounts its mounts), then the network holder."""
+        await self._remove(dep.state.get("container"))
         caretaker = dep.state.get("caretaker")
         if caretaker is not None:
             await stop_group(caretaker)
+        await self._remove(dep.state.get("holder"), stop=False)  # it only holds the namespace
         for task in [*dep.state.pop("pumps", []), dep.state.pop("logs", None)]:
             if task is not None:
                 task.cancel()
@@ -264,6 +260,17 @@ class DockerBackend:
         if run is not None:
             _release(run)
         dep.state["deleted"] = True
+
+    async def _remove(self, cid: str | None, *, stop: bool = True) -> None:
+        """Stop a container within the grace period (or, ``stop=False``, kill it) and remove it."""
+        if cid is None:
+            return
+        try:
+            if stop:
+                await self.engine.stop(cid, self.stop_grace)
+            await self.engine.remove(cid)
+        except EngineError as exc:
+            log.warning("dockerhost: %s", exc)
 
     async def update_policy(self, dep: Deployment) -> None:
         """Transparent mode: the capture table follows the new policy, in one nft transaction."""
@@ -278,33 +285,12 @@ class DockerBackend:
         return "running" if dep.state.get("app") else "pending"
 
 
-def _argv(spec: Any, image: dict[str, Any]) -> list[str]:
-    command = getattr(spec, "command", None)
-    if command:
-        return list(command)
-    config = image.get("Config") or {}
-    argv = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
-    if not argv:
-        raise BackendError("the image names no command to run: set the spec's `command`")
-    return [str(a) for a in argv]
-
-
 def _busybox() -> str:
     for path in BUSYBOX_PATHS:
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    raise BackendError("the dockerhost backend gates workloads with a static busybox: install busybox-static")
-
-
-def _write_env(path: Path, values: dict[str, str]) -> None:
-    lines = []
-    for key, value in values.items():
-        if not _ENV_KEY.fullmatch(key):
-            raise BackendError(f"the caretaker's variable {key!r} is not a valid environment variable name")
-        lines.append(f"export {key}={shlex.quote(str(value))}\n")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(lines))
-    tmp.replace(path)
+    raise BackendError("the dockerhost backend holds each pod's network with a static busybox: "
+                       "install busybox-static")
 
 
 def _release(run: Path) -> None:
