@@ -77,6 +77,12 @@ def dockerd() -> Iterator[str]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def docker_api(host: str) -> httpx.Client:
+    """A plain client of the test engine, for what the tests set up around the backend."""
+    return httpx.Client(transport=httpx.HTTPTransport(uds=host.removeprefix("unix://")), base_url="http://docker",
+                        timeout=60)
+
+
 def _import_busybox(sock: Path) -> None:
     """A 2 MB image: /bin/busybox and its applets, as ``docker import`` makes it."""
     buf = io.BytesIO()
@@ -93,7 +99,7 @@ def _import_busybox(sock: Path) -> None:
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)
     changes = ['ENTRYPOINT ["/bin/sh", "-c"]', 'CMD ["echo from the image itself"]']
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://docker", timeout=60) as c:
+    with docker_api(f"unix://{sock}") as c:
         for image, change in ((IMAGE, []), (IMAGE_WITH_CMD, changes)):
             repo, tag = image.split(":")
             response = c.post("/images/create", params={"fromSrc": "-", "repo": repo, "tag": tag, "changes": change},

@@ -17,11 +17,13 @@ from cornus_core.events import Event, HopDecision, Log
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec
 from server.app import CornusServer
+from server.auth import Authenticator, new_secret
 from server.backends.docker import DockerBackend
 from server.backends.docker.backend import mounts_under
+from server.gateway import Gateway
 from tests.local.backend_support import NameProxy, Target
 
-from .conftest import IMAGE, IMAGE_WITH_CMD, TOKEN
+from .conftest import IMAGE, IMAGE_WITH_CMD, TOKEN, docker_api
 
 Server = tuple[CornusServer, DockerBackend]
 
@@ -130,3 +132,46 @@ def test_the_embedded_server_on_dockerhost(dockerd: str, tmp_path: Path) -> None
     assert done.returncode == 0, done.stdout + done.stderr
     assert "app: hello from the container" in done.stdout and "ready deployment=" in done.stdout, done.stdout
     assert "backend=dockerhost" in done.stdout
+
+
+@pytest.fixture
+async def bridged(dockerd: str, tmp_path: Path) -> Any:
+    """A Docker bridge network of its own (no NAT: this engine writes no firewall rules), a target on the
+    host's end of the bridge, and a dockerhost server whose containers join that network."""
+    subnet, gateway = "10.231.7.0/24", "10.231.7.1"
+    with docker_api(dockerd) as api:
+        created = api.post("/networks/create", json={
+            "Name": "cornustest-net", "Driver": "bridge", "CheckDuplicate": True,
+            "Options": {"com.docker.network.bridge.name": "cornustest0"},
+            "IPAM": {"Config": [{"Subnet": subnet, "Gateway": gateway}]}}).json()
+    target = await Target("the cluster").start(gateway)
+    backend = DockerBackend(host=dockerd, run_dir=tmp_path / "run", network="cornustest-net", prefix="cornustest",
+                            stop_grace=2)
+    server = CornusServer(auth=Authenticator(TOKEN, new_secret()), backend=backend, gateway=Gateway(enabled=False))
+    backend.listeners = server
+    await server.start()
+    await backend.start()
+    try:
+        yield server, target, gateway
+    finally:
+        await server.close()
+        await backend.close()
+        await target.close()
+        with docker_api(dockerd) as api:
+            api.delete(f"/networks/{created['Id']}")
+
+
+async def test_on_a_bridge_network_cluster_egress_leaves_from_the_container(bridged: Any, caller_side: Any) -> None:
+    server, cluster, gateway = bridged
+    target, proxies = caller_side
+    command = (f"wget -q -O- http://{gateway}:{cluster.port}/ && "
+               f"wget -q -O- http://target.test:{target.port}/")
+    spec = {"image": IMAGE, "command": command,
+            "egress": {"mode": "transparent", "rules": [{"pattern": "target.test", "route": "client"}]}}
+    outcome, events = await _run(server, spec, proxies)
+    assert outcome.exit_code == 0, events
+    assert _app(events) == ["hello from the cluster", "hello from the caller's side"], events
+    # `cluster`: dialed by the caretaker from the container's network (its address on the bridge).
+    [seen] = cluster.seen
+    assert seen.peer.startswith("10.231.7.") and seen.peer != gateway
+    assert target.seen[0].peer == "127.0.0.1"  # `client`: dialed here, on the caller's side
