@@ -632,8 +632,16 @@ class FuseMount:
         import mfusepy
 
         error: BaseException | None = None
+        class Fuse(mfusepy.FUSE):  # type: ignore[misc]
+            def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
+                # 9P2000.L renames carry no flags (the kernel's own v9fs answers EINVAL as well): passed on
+                # as a plain rename, RENAME_NOREPLACE could replace the target.
+                if flags:
+                    return -errno.EINVAL
+                return int(super().rename_fuse_3(old, new, flags))
+
         try:
-            mfusepy.FUSE(self.ops, self.target, foreground=True, **self.options)
+            Fuse(self.ops, self.target, foreground=True, **self.options)
         except BaseException as exc:  # reported through `ended`, never lost in the thread
             error = exc
         finally:

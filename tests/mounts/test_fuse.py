@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import os
 from pathlib import Path
@@ -109,6 +110,42 @@ async def test_mounting_leaves_the_process_signal_handling_alone(tmp_path: Path)
     await mount.start()
     try:
         assert _caught_signals() & 0xFFFFFFFF == before & 0xFFFFFFFF  # the classic signals; not glibc's own
+    finally:
+        await asyncio.to_thread(unmount, str(target))
+        await remote.close()
+        assert await mount.wait_ended(10)
+        await server.aclose()
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    if libc.renameat2(at_fdcwd, os.fsencode(src), at_fdcwd, os.fsencode(dst), flags) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+async def test_a_rename_with_flags_is_refused_not_done_plainly(tmp_path: Path) -> None:
+    """9P renames carry no flags (the kernel's v9fs refuses them too): RENAME_EXCHANGE done as a plain
+    rename would destroy the target, RENAME_NOREPLACE could replace one that appeared meanwhile."""
+    export, target = tmp_path / "export", tmp_path / "mnt"
+    export.mkdir()
+    target.mkdir()
+    (export / "a").write_text("a\n")
+    (export / "b").write_text("b\n")
+    server = await serve_tcp(export)
+    remote = Remote(lambda: asyncio.open_connection(*server.address), timeout=5.0)
+    await remote.connection()
+    mount = FuseMount(NinePFuse(remote), str(target), cache_timeout=0)
+    await mount.start()
+    try:
+        rename_noreplace, rename_exchange = 1, 2
+        assert await asyncio.to_thread(errno_of, _renameat2, target / "a", target / "b", rename_exchange) == errno.EINVAL
+        assert (export / "a").read_text() == "a\n" and (export / "b").read_text() == "b\n"
+        assert await asyncio.to_thread(errno_of, _renameat2, target / "a", target / "c", rename_noreplace) == errno.EINVAL
+        assert (export / "a").exists() and not (export / "c").exists()
+        await asyncio.to_thread(_renameat2, target / "a", target / "b", 0)
+        assert (export / "b").read_text() == "a\n" and not (export / "a").exists()
     finally:
         await asyncio.to_thread(unmount, str(target))
         await remote.close()
