@@ -175,3 +175,19 @@ async def test_on_a_bridge_network_cluster_egress_leaves_from_the_container(brid
     [seen] = cluster.seen
     assert seen.peer.startswith("10.231.7.") and seen.peer != gateway
     assert target.seen[0].peer == "127.0.0.1"  # `client`: dialed here, on the caller's side
+
+
+async def test_credentials_reach_the_container_by_file_endpoint_and_env(docker_server: Server) -> None:
+    server, _ = docker_server
+    command = ("cat /run/secrets/token; echo; ls /run/secrets; echo env=$API_token; "
+               'wget -q -O- "$CORNUS_CREDENTIAL_API_URL"')
+    spec = {"image": IMAGE, "command": command, "credentials": {"sources": [
+        {"name": "api", "backend": "static", "config": {"values": {"token": "s3cret-minted-here"}},
+         "deliver": [{"kind": "file", "path": "/run/secrets/token", "format": "raw"},
+                     {"kind": "env", "prefix": "API_"}, {"kind": "endpoint"}]}]}}
+    outcome, events = await _run(server, spec)
+    assert outcome.exit_code == 0, events
+    lines = _app(events)
+    assert lines[:3] == ["s3cret-minted-here", "token", "env=s3cret-minted-here"], lines
+    assert "s3cret-minted-here" in lines[3]  # the endpoint on the container's loopback
+    assert not Path("/run/secrets/token").exists()  # written for the container, not on this machine

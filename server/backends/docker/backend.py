@@ -12,7 +12,8 @@ loopback (the proxy port, the DNS role, credential endpoints) and its capture ru
 host's filesystem, so it reaches the server through a unix socket in the run directory (whatever network
 the containers have) and its 9P mounts land under the run directory, from where they propagate into the
 workload (each mount is a bind with ``rslave`` propagation at its target; a directory, so single-file
-mounts are not available here). It runs as root, exempt from capture by its socket mark. This backend
+mounts are not available here). Credential files are written the same way, into a directory bound
+read-only at the file's directory. It runs as root, exempt from capture by its socket mark. This backend
 never pulls: an image must already be on the engine (``docker load`` or ``docker import``).
 
 Teardown: the workload first, then the caretaker (which unmounts its mounts), the holder, the server's
@@ -31,7 +32,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -138,6 +139,7 @@ class DockerBackend:
 
         config = dict(dep.caretaker_config)
         binds = await self._mount_points(run, config) if config.get("mounts") else []
+        binds += _credential_files(run, config)
         transparent = (config.get("egress") or {}).get("mode") == "transparent"
         if transparent and self.network == "none":
             await _run(["nsenter", f"--net={netns}", "ip", "-batch", "-"], "\n".join(DEAD_END_ROUTE) + "\n",
@@ -283,6 +285,27 @@ class DockerBackend:
         if "exit" in dep.state:
             return f"exited {dep.state['exit']}"
         return "running" if dep.state.get("app") else "pending"
+
+
+def _credential_files(run: Path, config: dict[str, Any]) -> list[str]:
+    """File deliveries: the caretaker writes them into a directory of the run directory, bound read-only at
+    the file's directory in the workload (so its refreshes, atomic renames, show through). Files of one
+    directory share one bind, which hides what the image has there, like a mounted secret volume."""
+    folders: dict[str, Path] = {}
+    sources = []
+    for source in config.get("credentials") or []:
+        deliveries = []
+        for delivery in source.get("deliver") or []:
+            if delivery.get("kind") == "file" and delivery.get("path"):
+                inside = PurePosixPath(delivery["path"])
+                folder = folders.setdefault(str(inside.parent), run / "files" / str(len(folders)))
+                folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+                delivery = {**delivery, "path": str(folder / inside.name)}
+            deliveries.append(delivery)
+        sources.append({**source, "deliver": deliveries})
+    if sources:
+        config["credentials"] = sources
+    return [f"{folder}:{inside}:ro" for inside, folder in folders.items()]
 
 
 def _busybox() -> str:
