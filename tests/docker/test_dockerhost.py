@@ -188,6 +188,6 @@ async def test_credentials_reach_the_container_by_file_endpoint_and_env(docker_s
     outcome, events = await _run(server, spec)
     assert outcome.exit_code == 0, events
     lines = _app(events)
-    assert lines[:3] == ["s3cret-minted-here", "token", "env=s3cret-minted-here"], lines
+    assert len(lines) == 4 and lines[:3] == ["s3cret-minted-here", "token", "env=s3cret-minted-here"], events
     assert "s3cret-minted-here" in lines[3]  # the endpoint on the container's loopback
     assert not Path("/run/secrets/token").exists()  # written for the container, not on this machine

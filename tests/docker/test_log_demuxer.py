@@ -6,7 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cornus_core.events import Event, Log
+from server.backends.base import Deployment
 from server.backends.docker import LogDemuxer, LogError
+from server.backends.docker.backend import AppOutput
 from server.backends.docker.engine import engine_host
 
 
@@ -44,3 +47,16 @@ def test_any_bytes_give_frames_or_a_log_error(data: bytes, cut: int) -> None:
 def test_the_engine_is_docker_host_or_the_default_socket() -> None:
     assert engine_host({}) == "unix:///var/run/docker.sock"
     assert engine_host({"DOCKER_HOST": "unix:///tmp/d.sock"}) == "unix:///tmp/d.sock"
+
+
+def test_app_output_makes_whole_lines_per_stream_and_counts_bytes() -> None:
+    events: list[Event] = []
+    dep = Deployment(id="d", spec=None, server_url="", caretaker_token="", caretaker_config={}, emit=events.append)
+    output = AppOutput(dep)
+    output.feed("stdout", b"one\ntw")
+    output.feed("stderr", b"err")
+    output.feed("stdout", b"o\nthree")
+    output.flush()
+    assert [(e.stream, e.line) for e in events if isinstance(e, Log)] == [
+        ("stdout", "one"), ("stdout", "two"), ("stderr", "err"), ("stdout", "three")]
+    assert output.seen == {"stdout": 13, "stderr": 3}

@@ -220,28 +220,33 @@ class DockerBackend:
         await install_capture(**dep.state["capture"], udp=udp, spawn=spawn)
 
     async def _pump_logs(self, dep: Deployment, cid: str) -> None:
-        partial: dict[str, bytes] = {}
+        output: AppOutput = dep.state.setdefault("output", AppOutput(dep))
         try:
             async for stream, chunk in self.engine.logs(cid):
-                lines = (partial.pop(stream, b"") + chunk).split(b"\n")
-                partial[stream] = lines.pop()
-                for line in lines:
-                    dep.emit(Log(source="app", line=line.decode(errors="replace"), stream=stream))
+                output.feed(stream, chunk)
         except (EngineError, LogError) as exc:
             log.info("dockerhost: logs of %s ended: %s", cid[:12], exc)
-        for stream, rest in partial.items():
-            if rest:
-                dep.emit(Log(source="app", line=rest.decode(errors="replace"), stream=stream))
 
     async def wait(self, dep: Deployment) -> int:
+        cid = dep.state["container"]
         try:
-            code = await self.engine.wait(dep.state["container"])
+            code = await self.engine.wait(cid)
         except EngineError as exc:
             raise BackendError(str(exc)) from None
         logs = dep.state.get("logs")
         if logs is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(logs), 2.0)
+        # A followed log stream may end before the engine has its last bytes: read the whole log once more
+        # and report what the stream missed.
+        output: AppOutput = dep.state.setdefault("output", AppOutput(dep))
+        replayed: dict[str, int] = {}
+        with contextlib.suppress(EngineError, LogError):
+            async for stream, chunk in self.engine.logs(cid, follow=False):
+                start = replayed.get(stream, 0)
+                replayed[stream] = start + len(chunk)
+                output.feed(stream, chunk[max(0, output.seen.get(stream, 0) - start):])
+        output.flush()
         dep.state["exit"] = code
         return code
 
@@ -285,6 +290,31 @@ class DockerBackend:
         if "exit" in dep.state:
             return f"exited {dep.state['exit']}"
         return "running" if dep.state.get("app") else "pending"
+
+
+class AppOutput:
+    """The workload's output as log events: whole lines per stream, and how many bytes each stream gave."""
+
+    def __init__(self, dep: Deployment) -> None:
+        self.dep = dep
+        self.seen: dict[str, int] = {}
+        self._partial: dict[str, bytes] = {}
+
+    def feed(self, stream: str, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self.seen[stream] = self.seen.get(stream, 0) + len(chunk)
+        lines = (self._partial.pop(stream, b"") + chunk).split(b"\n")
+        self._partial[stream] = lines.pop()
+        for line in lines:
+            self.dep.emit(Log(source="app", line=line.decode(errors="replace"), stream=stream))
+
+    def flush(self) -> None:
+        """The last line of each stream, even without its newline."""
+        for stream, rest in self._partial.items():
+            if rest:
+                self.dep.emit(Log(source="app", line=rest.decode(errors="replace"), stream=stream))
+        self._partial.clear()
 
 
 def _credential_files(run: Path, config: dict[str, Any]) -> list[str]:

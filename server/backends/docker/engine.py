@@ -115,14 +115,14 @@ class Engine:
             what=f"list containers labelled {label}")
         return found
 
-    async def logs(self, cid: str) -> AsyncIterator[tuple[str, bytes]]:
-        """``(stream, chunk)`` pairs of the container's output, from its start until it exits."""
+    async def logs(self, cid: str, *, follow: bool = True) -> AsyncIterator[tuple[str, bytes]]:
+        """``(stream, chunk)`` pairs of the container's output from its start: until it exits when
+        ``follow``, else what the engine has now."""
         demux = LogDemuxer()
+        params = {"follow": "1" if follow else "0", "stdout": "1", "stderr": "1"}
         try:
-            async with self._client.stream(
-                "GET", f"/containers/{cid}/logs", params={"follow": "1", "stdout": "1", "stderr": "1"},
-                timeout=None,
-            ) as response:
+            async with self._client.stream("GET", f"/containers/{cid}/logs", params=params,
+                                           timeout=None) as response:
                 if response.status_code != 200:
                     await response.aread()
                     raise EngineError(f"logs of container {cid[:12]}: {_message(response)}", response.status_code)
