@@ -27,6 +27,14 @@ STOP_GRACE = 5.0
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL", "TERM")
 
 
+def note_unused_image(dep: Deployment, backend: str) -> None:
+    """A backend that runs commands on this machine says so when the spec names an image."""
+    image = getattr(dep.spec, "image", None)
+    if image:
+        dep.emit(Error(message=f"the {backend} backend runs the spec's command on this machine: image {image!r} "
+                               "is not used (the dockerhost backend runs images)", fatal=False))
+
+
 def workload_argv(command: Any) -> list[str]:
     if isinstance(command, str):
         return ["/bin/sh", "-c", command]
@@ -106,6 +114,7 @@ class ProcessBackend:
     async def apply(self, dep: Deployment) -> None:
         if self.notice:
             dep.emit(Error(message=self.notice, fatal=False))
+        note_unused_image(dep, self.name)
         egress = getattr(dep.spec, "egress", None)
         if egress is not None and egress.mode == "transparent":
             # Nothing could capture a plain process's traffic: it would bypass the policy unnoticed.

@@ -54,6 +54,7 @@ def test_session_runs_on_the_embedded_server(spec: Path, capsys: pytest.CaptureF
     code, out, err = _run(capsys, "-f", str(spec), "--plain")
     assert code == 0, err
     assert "ready deployment=" in out and "exit 0" in out
+    assert "image 'python:3.11' is not used (the dockerhost backend runs images)" in out  # said, not fatal
 
 
 @pytest.mark.parametrize(

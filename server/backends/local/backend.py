@@ -58,6 +58,7 @@ from cornus_core.spec import EgressSpec
 from ..base import BackendError, Deployment
 from ..process import (
     INHERITED_ENV,
+    note_unused_image,
     pump_lines,
     read_caretaker_ready,
     stop_group,
@@ -207,6 +208,7 @@ class LocalBackend:
         assert self._host is not None
         if self.notice:
             dep.emit(Error(message=self.notice, fatal=False))
+        note_unused_image(dep, self.name)
         try:
             await self._apply(dep, self._host, argv, workdir)
         except _SETUP_ERRORS as exc:
