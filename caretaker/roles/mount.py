@@ -301,6 +301,11 @@ def _abort_fuse(device: int) -> bool:
     return True
 
 
+def v9fs_options(rfd: int, wfd: int, msize: int) -> str:
+    """The kernel's 9P mount options over file descriptors ``rfd``/``wfd`` of the mounting process."""
+    return f"trans=fd,rfdno={rfd},wfdno={wfd},version=9p2000.L,msize={msize},cache=none,access=client"
+
+
 class _KernelBacked:
     """v9fs over ``trans=fd``: the kernel's end of a socketpair; ours is spliced to an M stream.
 
@@ -332,8 +337,7 @@ class _KernelBacked:
     async def _mount(self) -> None:
         theirs, self._splice = await bridge_to_export(self.link, self.config.name, msize=self.msize)
         flags = MS_RDONLY if self.config.read_only else 0
-        fd = theirs.fileno()
-        options = f"trans=fd,rfdno={fd},wfdno={fd},version=9p2000.L,msize={self.msize},cache=none,access=client"
+        options = v9fs_options(theirs.fileno(), theirs.fileno(), self.msize)
         source = f"cornus:{self.config.name}"
         try:
             if self.single is None:

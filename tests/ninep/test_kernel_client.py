@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from caretaker.roles.mount import v9fs_options
+
 from .conftest import snapshot_tree
 from .kernel.guest import Guest, RunResult, ensure_guest, run_guest
 
@@ -78,6 +80,19 @@ def test_kernel_client_read_write(guest: Guest, tmp_path: Path, options: str) ->
     assert (work / "r2").read_text() == "two\n" and os.readlink(work / "link") == "r2"
     assert os.readlink(work / "to-root") == "/" and (work / "e").read_bytes() == b"ab"
     assert not (work / "small").exists() and not (work / "many").exists()
+
+
+def test_kernel_client_over_file_descriptors_with_the_caretakers_options(guest: Guest, tmp_path: Path) -> None:
+    """The caretaker mounts with ``trans=fd`` over a socketpair it relays; the guest does the same over two
+    FIFOs relayed to our server, with the caretaker's own option string."""
+    export = tmp_path / "export"
+    export.mkdir()
+    with serving(export) as port:
+        result = run_guest(guest, port, "rw", fd_options=v9fs_options(3, 4, 512 * 1024))
+    assert result.ended and not result.failures(), explain(result)
+    assert set(result.steps) == RW_STEPS, explain(result)
+    assert "trans=fd" in result.steps["mount"][1] and "rfd=3" in result.steps["mount"][1], explain(result)
+    assert (export / "workload" / "renamed-dir" / "inner" / "x").read_text() == "deep\n"
 
 
 def test_kernel_client_read_only(guest: Guest, tmp_path: Path) -> None:

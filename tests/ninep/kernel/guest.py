@@ -30,7 +30,7 @@ TOP_MODULES = ("virtio_pci", "virtio_net", "9pnet_fd", "9p")
 OPTIONAL_MODULES = ("9pnet_fd",)
 APT_PACKAGES = ("qemu-system-x86", "busybox-static")
 APT = ("apt-get", "-o", "DPkg::Lock::Timeout=600")
-BUILD_VERSION = "1"  # bump when the layout of the base image changes
+BUILD_VERSION = "2"  # bump when the layout of the base image (init.sh included) changes
 
 
 def cache_dir() -> Path:
@@ -214,6 +214,7 @@ def run_guest(
     mode: str,
     *,
     options: str = "",
+    fd_options: str = "",
     manifest: dict[str, str] | None = None,
     sizes: dict[str, int] | None = None,
     timeout: float = 600,
@@ -237,6 +238,8 @@ def run_guest(
         accel = ["-accel", "kvm", "-cpu", "host"] if kvm else ["-accel", "tcg"]
         cmdline = "console=ttyS0 quiet loglevel=3 panic=-1"
         cmdline += f" cornus.port={port} cornus.mode={mode} cornus.opts={options}"
+        if fd_options:  # mount over file descriptors 3 and 4 (trans=fd) instead of TCP
+            cmdline += f" cornus.fdopts={fd_options}"
         cmd = [
             "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             *accel, "-m", "512", "-kernel", str(guest.kernel), "-initrd", str(initrd), "-append", cmdline,
