@@ -4,7 +4,6 @@ Images come from ``docker import`` of a busybox root filesystem: there is no reg
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import os
@@ -25,6 +24,7 @@ from server.backends.docker import DockerBackend
 from server.gateway import Gateway
 
 TOKEN = "dockerhost-test-token"
+Server = tuple[CornusServer, DockerBackend]
 IMAGE = "cornus-test/busybox:1"
 IMAGE_WITH_CMD = "cornus-test/busybox:with-cmd"  # the same files, with an entrypoint and a command of its own
 APPLETS = ("sh", "cat", "echo", "wget", "ls", "env", "sleep", "grep", "true", "false", "nslookup")
@@ -107,10 +107,10 @@ def _import_busybox(sock: Path) -> None:
             assert response.status_code == 200, response.text
 
 
-@pytest.fixture
-async def docker_server(dockerd: str, tmp_path: Path) -> AsyncIterator[tuple[CornusServer, DockerBackend]]:
-    backend = DockerBackend(host=dockerd, run_dir=tmp_path / "run", network="none", prefix="cornustest",
-                            stop_grace=2)
+@contextlib.asynccontextmanager
+async def dockerhost_server(dockerd: str, run_dir: Path, network: str) -> AsyncIterator[Server]:
+    """A server on the dockerhost backend, its containers on ``network``."""
+    backend = DockerBackend(host=dockerd, run_dir=run_dir, network=network, prefix="cornustest", stop_grace=2)
     server = CornusServer(auth=Authenticator(TOKEN, new_secret()), backend=backend, gateway=Gateway(enabled=False))
     backend.listeners = server
     await server.start()
@@ -120,4 +120,9 @@ async def docker_server(dockerd: str, tmp_path: Path) -> AsyncIterator[tuple[Cor
     finally:
         await server.close()
         await backend.close()
-        await asyncio.sleep(0)
+
+
+@pytest.fixture
+async def docker_server(dockerd: str, tmp_path: Path) -> AsyncIterator[Server]:
+    async with dockerhost_server(dockerd, tmp_path / "run", "none") as pair:
+        yield pair

@@ -17,15 +17,10 @@ from cornus_core.events import Event, HopDecision, Log
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec
 from server.app import CornusServer
-from server.auth import Authenticator, new_secret
-from server.backends.docker import DockerBackend
 from server.backends.docker.backend import mounts_under
-from server.gateway import Gateway
 from tests.local.backend_support import NameProxy, Target
 
-from .conftest import IMAGE, IMAGE_WITH_CMD, TOKEN, docker_api
-
-Server = tuple[CornusServer, DockerBackend]
+from .conftest import IMAGE, IMAGE_WITH_CMD, TOKEN, Server, docker_api, dockerhost_server
 
 
 async def _run(server: CornusServer, spec: dict[str, Any], proxies: ProxySettings | None = None,
@@ -145,17 +140,10 @@ async def bridged(dockerd: str, tmp_path: Path) -> Any:
             "Options": {"com.docker.network.bridge.name": "cornustest0"},
             "IPAM": {"Config": [{"Subnet": subnet, "Gateway": gateway}]}}).json()
     target = await Target("the cluster").start(gateway)
-    backend = DockerBackend(host=dockerd, run_dir=tmp_path / "run", network="cornustest-net", prefix="cornustest",
-                            stop_grace=2)
-    server = CornusServer(auth=Authenticator(TOKEN, new_secret()), backend=backend, gateway=Gateway(enabled=False))
-    backend.listeners = server
-    await server.start()
-    await backend.start()
     try:
-        yield server, target, gateway
+        async with dockerhost_server(dockerd, tmp_path / "run", "cornustest-net") as (server, _):
+            yield server, target, gateway
     finally:
-        await server.close()
-        await backend.close()
         await target.close()
         with docker_api(dockerd) as api:
             api.delete(f"/networks/{created['Id']}")
