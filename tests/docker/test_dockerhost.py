@@ -134,6 +134,7 @@ async def bridged(dockerd: str, tmp_path: Path) -> Any:
     """A Docker bridge network of its own (no NAT: this engine writes no firewall rules), a target on the
     host's end of the bridge, and a dockerhost server whose containers join that network."""
     subnet, gateway = "10.231.7.0/24", "10.231.7.1"
+    subprocess.run(["ip", "link", "del", "cornustest0"], capture_output=True)  # what a crashed run left
     with docker_api(dockerd) as api:
         created = api.post("/networks/create", json={
             "Name": "cornustest-net", "Driver": "bridge", "CheckDuplicate": True,
