@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 CARETAKER_MARK = 0x636E6374  # the caretaker's own sockets, let by the capture rules
 HOLDER_BUSYBOX = "/.cornus/busybox"  # bind-mounted read-only: the holder needs nothing from the image
 BUSYBOX_PATHS = ("/bin/busybox", "/usr/bin/busybox")
+PT_INTERP = 3
 LABEL = "cornus.backend"
 DEFAULT_RUN_DIR = Path("/run/cornus/docker")
 # A network-less container gets a default route into a veth pair that leads nowhere, so that an app's
@@ -339,11 +341,26 @@ def _credential_files(run: Path, config: dict[str, Any]) -> list[str]:
 
 
 def _busybox() -> str:
+    """A statically linked busybox of this machine: it runs in any image, whatever libraries it has."""
     for path in BUSYBOX_PATHS:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
+        if os.path.isfile(path) and os.access(path, os.X_OK) and statically_linked(path):
             return path
-    raise BackendError("the dockerhost backend holds each pod's network with a static busybox: "
+    raise BackendError("the dockerhost backend holds each pod's network with a statically linked busybox: "
                        "install busybox-static")
+
+
+def statically_linked(path: str) -> bool:
+    """Whether an ELF64 executable has no program interpreter (PT_INTERP), i.e. needs no shared libraries."""
+    with open(path, "rb") as f:
+        header = f.read(64)
+        if header[:5] != b"\x7fELF\x02" or len(header) < 64:
+            return False
+        order = "<" if header[5] == 1 else ">"
+        phoff, = struct.unpack_from(order + "Q", header, 0x20)
+        phentsize, phnum = struct.unpack_from(order + "HH", header, 0x36)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+    return all(struct.unpack_from(order + "I", table, i * phentsize)[0] != PT_INTERP for i in range(phnum))
 
 
 def _release(run: Path) -> None:

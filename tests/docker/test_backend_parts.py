@@ -1,6 +1,10 @@
-"""The multiplexed log framing of the Docker engine (no engine needed)."""
+"""Parts of the dockerhost backend that need no engine: the log framing, output lines, the busybox check."""
 
 from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -9,7 +13,7 @@ from hypothesis import strategies as st
 from cornus_core.events import Event, Log
 from server.backends.base import Deployment
 from server.backends.docker import LogDemuxer, LogError
-from server.backends.docker.backend import AppOutput
+from server.backends.docker.backend import AppOutput, statically_linked
 from server.backends.docker.engine import engine_host
 
 
@@ -60,3 +64,10 @@ def test_app_output_makes_whole_lines_per_stream_and_counts_bytes() -> None:
     assert [(e.stream, e.line) for e in events if isinstance(e, Log)] == [
         ("stdout", "one"), ("stdout", "two"), ("stderr", "err"), ("stdout", "three")]
     assert output.seen == {"stdout": 13, "stderr": 3}
+
+
+def test_only_a_statically_linked_busybox_will_do(tmp_path: Path) -> None:
+    assert statically_linked(shutil.which("busybox") or "/bin/busybox")
+    assert not statically_linked(sys.executable)  # a dynamically linked program needs the libraries of this machine
+    (tmp_path / "not-elf").write_bytes(b"#!/bin/sh\n")
+    assert not statically_linked(str(tmp_path / "not-elf"))
