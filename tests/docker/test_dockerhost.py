@@ -94,10 +94,12 @@ async def test_mounts_show_the_callers_directory_and_take_writes(docker_server: 
     assert mounts_under(backend.run_dir) == [] and not any(backend.run_dir.iterdir())
 
 
-async def test_the_workloads_exit_status(docker_server: Server) -> None:
+async def test_the_workloads_environment_workdir_and_exit_status(docker_server: Server) -> None:
     server, _ = docker_server
-    outcome, events = await _run(server, {"image": IMAGE, "command": ["sh", "-c", "echo bye; exit 3"]})
-    assert outcome.exit_code == 3 and "bye" in _app(events)
+    spec = {"image": IMAGE, "command": ["sh", "-c", "pwd; echo $GREETING; exit 3"], "workdir": "/tmp",
+            "env": {"GREETING": "bye"}}
+    outcome, events = await _run(server, spec)
+    assert outcome.exit_code == 3 and _app(events) == ["/tmp", "bye"], events
 
 
 async def test_the_images_own_command_or_the_specs_in_its_place(docker_server: Server) -> None:
