@@ -182,3 +182,18 @@ async def test_credentials_reach_the_container_by_file_endpoint_and_env(docker_s
     assert len(lines) == 4 and lines[:3] == ["s3cret-minted-here", "token", "env=s3cret-minted-here"], events
     assert "s3cret-minted-here" in lines[3]  # the endpoint on the container's loopback
     assert not Path("/run/secrets/token").exists()  # written for the container, not on this machine
+
+
+async def test_a_deploy_that_fails_half_way_leaves_nothing(docker_server: Server) -> None:
+    """The caretaker refuses its config after the pod's holder exists: the error says why, and the holder,
+    the listener and the run directory are gone."""
+    server, backend = docker_server
+    backend.dns_upstream = ["not-an-address"]
+    spec = {"image": IMAGE, "command": "true", "egress": {"mode": "transparent"}}
+    outcome, events = await _run(server, spec)
+    assert outcome.reason == "deploy failed" and outcome.exit_code is None
+    assert any("caretaker exited before it was ready" in m for m in outcome.errors), outcome
+    said = [e.line for e in events if isinstance(e, Log) and e.source == "caretaker"]
+    assert any("'not-an-address' is not an IP address" in line for line in said), said
+    assert await backend.engine.containers("cornus.backend=cornustest") == []
+    assert not any(backend.run_dir.iterdir()) and mounts_under(backend.run_dir) == []
