@@ -43,7 +43,7 @@ MAX_NAMES = 4096
 NAME_GRACE = 30.0  # apps connect right after the answer, even one with TTL 0
 LISTEN_HOSTS = ("127.0.0.1", "::1")  # where the capture redirect lands
 BIND_ATTEMPTS = 5
-RESOLV_CONF = Path("/etc/resolv.conf")
+RESOLV_CONFS = (Path("/etc/resolv.conf"), Path("/run/systemd/resolve/resolv.conf"))
 STAND_INS = ipaddress.ip_network("198.18.0.0/15")
 MAX_STAND_INS = 65536  # names with a stand-in at once; the least recently asked gives its address back
 STAND_IN_TTL = 60
@@ -400,13 +400,20 @@ class _UdpServer(asyncio.DatagramProtocol):
         self.role.spawn(self.role.answer_udp(data, reply))
 
 
-def upstreams_from(configured: Iterable[str], resolv_conf: Path = RESOLV_CONF) -> list[Upstream]:
-    """The configured upstreams, else the nameservers of ``resolv_conf``; UpstreamError for a bad one."""
+def upstreams_from(configured: Iterable[str], resolv_confs: Sequence[Path] = RESOLV_CONFS) -> list[Upstream]:
+    """The configured upstreams, else the nameservers of the first of ``resolv_confs`` that names any
+    beyond loopback (a host with systemd-resolved lists only its 127.0.0.53 stub in /etc/resolv.conf, and
+    the real ones in /run/systemd/resolve/resolv.conf); UpstreamError for a bad configured one."""
     chosen = [parse_upstream(text) for text in configured]
     if chosen:
         return chosen
-    try:
-        return resolv_conf_upstreams(resolv_conf.read_text())
-    except OSError as exc:
-        log.warning("dns: cannot read %s (%s); every query gets SERVFAIL", resolv_conf, exc.strerror)
-        return []
+    for path in resolv_confs:
+        try:
+            found = resolv_conf_upstreams(path.read_text())
+        except OSError:
+            continue
+        if found:
+            return found
+    log.warning("dns: no usable nameserver in %s; every query the cluster should answer gets SERVFAIL",
+                " or ".join(map(str, resolv_confs)))
+    return []

@@ -171,9 +171,9 @@ def capture_ruleset(
 ) -> str:
     """nft script that (re)defines ``inet table``: all outbound TCP, IPv4 and IPv6, goes to ``port``.
 
-    The redirect lands on 127.0.0.1 or ::1, so the listener binds both. Exempt, in order: loopback,
-    the listener's own sockets (its uid, its socket mark, or both), link-local destinations. With
-    ``dns_port``, DNS (UDP and TCP port 53, any address) goes there instead. With ``udp`` (the lines of
+    The redirect lands on 127.0.0.1 or ::1, so the listener binds both. Exempt: the listener's own
+    sockets (its uid, its socket mark, or both), loopback and link-local destinations. With ``dns_port``,
+    DNS (UDP and TCP port 53, any address, loopback too) goes there instead. With ``udp`` (the lines of
     :func:`udp_policy`), a filter chain judges every other outbound UDP datagram by them, with the same
     exemptions. Loading the script replaces an older table of the same name in one transaction.
     """
@@ -189,17 +189,20 @@ def capture_ruleset(
         raise CaptureError(f"exempt uid {exempt_uid} is not a valid uid")
     if exempt_mark is not None and not 0 < exempt_mark < 2**32:
         raise CaptureError(f"exempt mark {exempt_mark} must be within 1..0xffffffff (0 marks every socket)")
-    exempt = ['oifname "lo" return']
+    listener = []  # the listener's own sockets
     if exempt_uid is not None:
-        exempt.append(f"meta skuid {exempt_uid} return")
+        listener.append(f"meta skuid {exempt_uid} return")
     if exempt_mark is not None:
-        exempt.append(f"meta mark {exempt_mark:#010x} return")
+        listener.append(f"meta mark {exempt_mark:#010x} return")
     v4, v6 = EXEMPT_DESTINATIONS
-    exempt += [f"ip daddr {v4} return", f"ip6 daddr {v6} return"]
-    nat = list(exempt)
+    local = ['oifname "lo" return', f"ip daddr {v4} return", f"ip6 daddr {v6} return"]
+    exempt = [local[0], *listener, *local[1:]]
+    nat = list(listener)
     if dns_port is not None:
+        # Before the loopback exemption: a resolver on loopback (127.0.0.53, Docker's 127.0.0.11) is
+        # another namespace's, or nobody's, in the pod.
         nat += [f"udp dport {DNS_PORT} redirect to :{dns_port}", f"tcp dport {DNS_PORT} redirect to :{dns_port}"]
-    nat.append(f"meta l4proto tcp redirect to :{port}")
+    nat += [*local, f"meta l4proto tcp redirect to :{port}"]
     chains = _chain("output", f"type nat hook output priority {CAPTURE_PRIORITY}; policy accept;", nat)
     if udp is not None:
         filtering = ["meta l4proto != udp return", *exempt]

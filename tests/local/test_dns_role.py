@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ from caretaker.roles.dns import (
     resolv_conf_upstreams,
     servfail_for,
     stand_in_reply,
+    upstreams_from,
 )
 from cornus_core.proxy.transparent import capture_ruleset, udp_policy
 
@@ -133,6 +135,16 @@ def test_any_upstream_text_parses_or_says_what_is_wrong(text: str) -> None:
 def test_resolv_conf_leaves_out_loopback_resolvers() -> None:
     text = "# c\nnameserver 127.0.0.53\nnameserver 10.1.1.1 # x\nnameserver fe80::1%eth0\nsearch x\nnameserver bad\n"
     assert resolv_conf_upstreams(text) == [("10.1.1.1", 53), ("fe80::1", 53)]
+
+
+def test_a_systemd_resolved_stub_leads_to_the_real_resolvers(tmp_path: Path) -> None:
+    stub, real = tmp_path / "resolv.conf", tmp_path / "resolved.conf"
+    stub.write_text("nameserver 127.0.0.53\noptions edns0\n")
+    real.write_text("nameserver 192.0.2.53\nnameserver 2001:db8::53\n")
+    assert upstreams_from([], (stub, real)) == [("192.0.2.53", 53), ("2001:db8::53", 53)]
+    assert upstreams_from([], (real, stub)) == [("192.0.2.53", 53), ("2001:db8::53", 53)]
+    assert upstreams_from([], (stub, tmp_path / "absent")) == []
+    assert upstreams_from(["10.0.0.1:5353"], (real,)) == [("10.0.0.1", 5353)]  # configured ones win
 
 
 def rules(*pairs: tuple[str, str]) -> list[SimpleNamespace]:

@@ -65,6 +65,17 @@ except OSError as exc:
 """
 
 
+STUB_RESOLVER_CLIENT = """
+import socket
+from dnslib import DNSRecord
+query = DNSRecord.question("corp.test")
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(5)
+s.sendto(query.pack(), ("127.0.0.53", 53))  # a systemd-resolved stub address: nothing listens in the pod
+print(" ".join(str(rr.rdata) for rr in DNSRecord.parse(s.recv(4096)).rr) or "empty")
+"""
+
+
 class UdpEcho:
     """A UDP echo on an address of this host that the pod can reach straight, to prove a drop is a drop."""
 
@@ -175,6 +186,7 @@ async def test_transparent_mode_on_the_test_network(
         python("udp-host", UDP_CLIENT) .replace("2>&1", f"{net.caller_ip} {echo_port} 2>&1", 1),
         python("nxdomain", "import socket\ntry:\n socket.getaddrinfo('nowhere.test', 80)\nexcept OSError as e:"
                            "\n print('failed', e.errno)"),
+        python("stub", STUB_RESOLVER_CLIENT),
     ]
     rules = [
         {"pattern": v4, "route": "cluster"},
@@ -211,6 +223,8 @@ async def test_transparent_mode_on_the_test_network(
     assert lines_of(lines, "udp-cluster6") == [f"udp from cluster peer={net.pod_ip6}"], lines
     assert lines_of(lines, "udp-host") == [f"send failed {errno.EPERM}"], lines  # an output-hook drop
     assert echo.seen == []
+    # DNS to a resolver address on loopback is captured too (a host's systemd-resolved stub means nothing here).
+    assert lines_of(lines, "stub") == [net.corp.ip], lines
     # An unknown name fails fast with the upstream's NXDOMAIN, passed through.
     assert lines_of(lines, "nxdomain") and lines_of(lines, "nxdomain")[0].startswith("failed"), lines
 

@@ -28,9 +28,9 @@ def test_capture_ruleset_exempts_before_it_redirects() -> None:
         "table inet cap {\n"
         "\tchain output {\n"
         "\t\ttype nat hook output priority -100; policy accept;\n"
-        '\t\toifname "lo" return\n'
         "\t\tmeta skuid 999 return\n"
         "\t\tmeta mark 0x0000002a return\n"
+        '\t\toifname "lo" return\n'
         "\t\tip daddr 169.254.0.0/16 return\n"
         "\t\tip6 daddr fe80::/10 return\n"
         "\t\tmeta l4proto tcp redirect to :15002\n"
