@@ -133,7 +133,8 @@ class DockerBackend:
         })
         dep.state["holder"] = holder
         await self.engine.start(holder)
-        state = (await self.engine.inspect(holder))["State"]
+        holder_info = await self.engine.inspect(holder)
+        state = holder_info["State"]
         if not state.get("Running") or not state.get("Pid"):
             raise BackendError(f"the pod's network holder exited at once: {state.get('Error') or state}")
         netns = f"/proc/{int(state['Pid'])}/ns/net"
@@ -146,8 +147,10 @@ class DockerBackend:
         if transparent and self.network == "none":
             await _run(["nsenter", f"--net={netns}", "ip", "-batch", "-"], "\n".join(DEAD_END_ROUTE) + "\n",
                        what="a default route for the capture rules")
-        if transparent and self.dns_upstream:
-            config["dns"] = {**(config.get("dns") or {}), "upstream": self.dns_upstream}
+        if transparent:  # the app's DNS goes to the caretaker, which asks what the container would have
+            upstream = self.dns_upstream or _nameservers(holder_info.get("ResolvConfPath"))
+            if upstream:
+                config["dns"] = {**(config.get("dns") or {}), "upstream": upstream}
         url = await listeners.add_unix_listener(str(run / "caretaker.sock"))
         dep.state["listener"] = url
         env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ}
@@ -338,6 +341,23 @@ def _credential_files(run: Path, config: dict[str, Any]) -> list[str]:
     if sources:
         config["credentials"] = sources
     return [f"{folder}:{inside}:ro" for inside, folder in folders.items()]
+
+
+def _nameservers(resolv_conf: str | None) -> list[str]:
+    """The nameservers of a container's resolv.conf, loopback ones included: Docker's embedded DNS at
+    127.0.0.11 answers in the container's own namespace, where the caretaker asks it (its own sockets pass
+    the capture rules)."""
+    try:
+        text = Path(resolv_conf).read_text() if resolv_conf else ""
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) >= 2 and fields[0] == "nameserver":
+            address = fields[1].partition("%")[0]
+            found.append(f"[{address}]" if ":" in address else address)
+    return found
 
 
 def _busybox() -> str:
