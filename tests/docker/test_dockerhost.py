@@ -17,6 +17,7 @@ from cornus_core.events import Event, HopDecision, Log
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec
 from server.app import CornusServer
+from server.backends.docker import DockerBackend
 from server.backends.docker.backend import mounts_under
 from tests.local.backend_support import NameProxy, Target
 
@@ -30,6 +31,11 @@ async def _run(server: CornusServer, spec: dict[str, Any], proxies: ProxySetting
                             proxies=proxies or ProxySettings())
     outcome = await asyncio.wait_for(session.run(), 90)
     return outcome, events
+
+
+def _left_in_run(backend: DockerBackend) -> list[str]:
+    """What this server run's directory holds besides its lock: every deployment cleans up after itself."""
+    return sorted(p.name for p in (backend.run_dir / backend.run_id).iterdir() if p.name != ".lock")
 
 
 def _app(events: list[Event]) -> list[str]:
@@ -60,7 +66,7 @@ async def test_proxy_mode_relays_from_the_callers_side(docker_server: Server, ca
     hops = {(e.hop, str(e.route)) for e in events if isinstance(e, HopDecision) and e.host == "target.test"}
     assert hops == {("caretaker", "client"), ("server", "client"), ("client", "client")}
     assert await backend.engine.containers("cornus.backend=cornustest") == []  # removed at teardown
-    assert not any((backend.run_dir).iterdir())
+    assert _left_in_run(backend) == []
 
 
 async def test_transparent_mode_captures_an_app_that_ignores_proxies(docker_server: Server, caller_side: Any) -> None:
@@ -91,7 +97,7 @@ async def test_mounts_show_the_callers_directory_and_take_writes(docker_server: 
     assert "from the caller" in _app(events)
     assert (source / "out.txt").read_text() == "from the container\n"
     # Teardown unmounted the 9P mount and the shared bind beneath it, and removed the run directory.
-    assert mounts_under(backend.run_dir) == [] and not any(backend.run_dir.iterdir())
+    assert mounts_under(backend.run_dir) == [] and _left_in_run(backend) == []
 
 
 async def test_the_workloads_environment_workdir_and_exit_status(docker_server: Server) -> None:
@@ -200,4 +206,37 @@ async def test_a_deploy_that_fails_half_way_leaves_nothing(docker_server: Server
     said = [e.line for e in events if isinstance(e, Log) and e.source == "caretaker"]
     assert any("'not-an-address' is not an IP address" in line for line in said), said
     assert await backend.engine.containers("cornus.backend=cornustest") == []
-    assert not any(backend.run_dir.iterdir()) and mounts_under(backend.run_dir) == []
+    assert _left_in_run(backend) == [] and mounts_under(backend.run_dir) == []
+
+
+async def test_a_new_server_run_clears_a_dead_runs_containers_and_never_a_live_ones(
+    docker_server: Server, dockerd: str, tmp_path: Path
+) -> None:
+    server, backend = docker_server
+    events: list[Event] = []
+    session = CallerSession(server.url, TOKEN, DeploySpec.model_validate({"image": IMAGE, "command": "sleep 600"}),
+                            on_event=events.append)
+    task = asyncio.create_task(session.run())
+    try:
+        async with asyncio.timeout(60):
+            while not any(isinstance(e, Log) or getattr(e, "state", "") == "running" for e in events):
+                await asyncio.sleep(0.05)
+        # A run that crashed: its containers carry its label, its directory's lock is held by nobody.
+        dead = backend.run_dir / "deadbeef"
+        dead.mkdir()
+        (dead / ".lock").touch()
+        with docker_api(dockerd) as api:
+            orphan = api.post("/containers/create", json={
+                "Image": IMAGE, "Cmd": ["true"], "Labels": {"cornus.backend": "cornustest", "cornus.run": "deadbeef"},
+                "HostConfig": {"NetworkMode": "none"}}).json()["Id"]
+        other = DockerBackend(host=dockerd, run_dir=backend.run_dir, network="none", prefix="cornustest")
+        try:
+            assert await other.start() == [orphan[:12]]
+        finally:
+            await other.close()
+        assert not dead.exists()
+        alive = await backend.engine.containers(f"cornus.run={backend.run_id}")
+        assert len(alive) == 2  # the live deployment's holder and workload
+    finally:
+        await session.down()
+        await asyncio.wait_for(task, 60)

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import struct
 import subprocess
@@ -52,7 +54,9 @@ HOLDER_BUSYBOX = "/.cornus/busybox"  # bind-mounted read-only: the holder needs 
 BUSYBOX_PATHS = ("/bin/busybox", "/usr/bin/busybox")
 PT_INTERP = 3
 LABEL = "cornus.backend"
+RUN_LABEL = "cornus.run"  # the server run that made a container; its lock file says whether it lives
 DEFAULT_RUN_DIR = Path("/run/cornus/docker")
+LOCK = ".lock"
 # A network-less container gets a default route into a veth pair that leads nowhere, so that an app's
 # connection reaches the capture rules instead of failing with "network unreachable".
 DEAD_END_ROUTE = ["link add cornus0 type veth peer name cornus0p", "addr add 192.0.2.2/32 dev cornus0",
@@ -75,7 +79,8 @@ class DockerBackend:
                  dns_upstream: Sequence[str] = ()) -> None:
         """``host``: the engine (``unix:///path``; default ``$DOCKER_HOST`` or /var/run/docker.sock).
         ``network``: the containers' network mode (``bridge``, ``none``, a network's name). ``prefix``
-        names this server's containers and labels them, so that a restart removes only its own."""
+        names and labels the containers; each server run keeps a locked directory under ``run_dir``, so
+        that a later run removes what a crashed one left and never what a live one runs."""
         self.engine = Engine(host or engine_host())
         self.listeners = listeners
         self.run_dir = Path(run_dir) if run_dir is not None else DEFAULT_RUN_DIR
@@ -84,23 +89,43 @@ class DockerBackend:
         self.caretaker_argv = caretaker_argv or [sys.executable, "-m", "caretaker"]
         self.stop_grace = stop_grace
         self.dns_upstream = list(dns_upstream)
+        self.run_id = ""
+        self._lock: int | None = None
 
     async def start(self) -> list[str]:
-        """Check the engine answers, then remove the containers a crashed earlier run left behind."""
+        """Check the engine answers, take this run's locked directory, then remove the containers and
+        directories of runs whose lock nobody holds (they crashed). Returns the removed containers."""
+        if self._lock is not None:
+            return []
         try:
             await self.engine.ping()
-            leftovers = await self.engine.containers(f"{LABEL}={self.prefix}")
-            for container in leftovers:
-                await self.engine.remove(str(container["Id"]))
         except EngineError as exc:
             raise BackendError(f"the Docker engine is unavailable: {exc}") from None
-        if self.run_dir.is_dir():
-            for stale in self.run_dir.iterdir():
+        self.run_id = secrets.token_hex(4)
+        mine = self.run_dir / self.run_id
+        mine.mkdir(mode=0o700, parents=True)
+        self._lock = os.open(mine / LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        removed = []
+        try:
+            for container in await self.engine.containers(f"{LABEL}={self.prefix}"):
+                run = str((container.get("Labels") or {}).get(RUN_LABEL, ""))
+                if run != self.run_id and not _held(self.run_dir / run):
+                    await self.engine.remove(str(container["Id"]))
+                    removed.append(str(container["Id"])[:12])
+        except EngineError as exc:
+            raise BackendError(f"the Docker engine is unavailable: {exc}") from None
+        for stale in self.run_dir.iterdir():
+            if stale.name != self.run_id and not _held(stale):
                 _release(stale)
-        return [str(c["Id"])[:12] for c in leftovers]
+        return removed
 
     async def close(self) -> None:
         await self.engine.aclose()
+        if self._lock is not None:
+            _release(self.run_dir / self.run_id)  # what deployments remain are deleted by now
+            os.close(self._lock)
+            self._lock = None
 
     # -- the Backend protocol -------------------------------------------------------------------
 
@@ -121,11 +146,12 @@ class DockerBackend:
         if found is None:
             raise BackendError(f"image {image!r} is not on the Docker engine at {self.engine.host} (this "
                                "backend never pulls: docker load or docker import it first)")
-        run = self.run_dir / dep.id
+        await self.start()
+        run = self.run_dir / self.run_id / dep.id
         dep.state["run"] = run
         run.mkdir(mode=0o700, parents=True)
         name = f"{self.prefix}-{dep.id}".replace("_", "-")
-        labels = {LABEL: self.prefix, "cornus.deployment": dep.id}
+        labels = {LABEL: self.prefix, RUN_LABEL: self.run_id, "cornus.deployment": dep.id}
         dep.emit(Status(state="deploying", detail=f"creating the pod's network holder from {image}"))
         holder = await self.engine.create(f"{name}-net", {
             "Image": image, "Entrypoint": [HOLDER_BUSYBOX, "sleep", "2147483647"], "Cmd": [], "Labels": labels,
@@ -341,6 +367,21 @@ def _credential_files(run: Path, config: dict[str, Any]) -> list[str]:
     if sources:
         config["credentials"] = sources
     return [f"{folder}:{inside}:ro" for inside, folder in folders.items()]
+
+
+def _held(run: Path) -> bool:
+    """Whether the server run owning ``run`` still lives (holds its lock)."""
+    try:
+        fd = os.open(run / LOCK, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _nameservers(resolv_conf: str | None) -> list[str]:
