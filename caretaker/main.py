@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from cornus_core import aio
 from cornus_core.credentials import CredentialError
@@ -25,7 +26,6 @@ from .net import check_mark
 from .roles.credential import CredentialRole
 from .roles.dns import DnsRole, UpstreamError, upstreams_from
 from .roles.egress import EgressRole
-from .roles.mount import MountError, MountRole
 from .supervisor import Supervisor
 from .telemetry import Telemetry
 
@@ -43,7 +43,10 @@ class StartError(Exception):
         self.code = code
 
 
-Role = EgressRole | CredentialRole | MountRole | DnsRole
+if TYPE_CHECKING:
+    from .roles.mount import MountRole
+
+    Role = EgressRole | CredentialRole | MountRole | DnsRole
 
 
 async def run(config: CaretakerConfig, server_url: str, token: str) -> int:
@@ -133,6 +136,8 @@ async def start_roles(
         else:  # the deploying backend points the pod's capture rules at this port
             ready["capture_port"] = port
     if config.mounts:
+        from .roles.mount import MountError, MountRole  # the 9P client loads only for pods with mounts
+
         mounts = MountRole(config.mounts, link, telemetry)
         try:
             await mounts.start()

@@ -162,7 +162,14 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Log, Status, Ready, Error, Exit, Done, HopDecision, ConnEnd, CredentialRequest, MountStats, PolicyApplied
     )
 }
-_ADAPTERS: dict[str, TypeAdapter[Event]] = {name: TypeAdapter(cls) for name, cls in EVENT_TYPES.items()}
+_ADAPTERS: dict[str, TypeAdapter[Event]] = {}  # built on first use: ~5 ms each, and encoders never need one
+
+
+def _adapter(cls: type[Event]) -> TypeAdapter[Event]:
+    adapter = _ADAPTERS.get(cls.type)
+    if adapter is None:
+        adapter = _ADAPTERS[cls.type] = TypeAdapter(cls)
+    return adapter
 
 
 def decode_event(line: bytes | str) -> Event:
@@ -179,7 +186,7 @@ def decode_event(line: bytes | str) -> Event:
         raise EventError(f"unknown event type {kind!r}")
     known = field_names(cls)
     try:
-        event: Event = _ADAPTERS[cls.type].validate_python({k: obj[k] for k in known if k in obj})
+        event: Event = _adapter(cls).validate_python({k: obj[k] for k in known if k in obj})
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise EventError(f"bad {kind!r} event: {problems}") from None

@@ -1,21 +1,12 @@
-"""A private Docker engine for the dockerhost backend's tests: its own socket, data and exec roots, no
-bridge and no firewall rules (this machine's networking stays as it is), stopped when the tests end.
-Images come from ``docker import`` of a busybox root filesystem: there is no registry."""
+"""Fixtures of the dockerhost backend's tests: a private Docker engine (see ``engine_support``) and servers
+on the dockerhost backend."""
 
 from __future__ import annotations
 
 import contextlib
-import io
-import os
-import shutil
-import subprocess
-import tarfile
-import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from server.app import CornusServer
@@ -23,88 +14,21 @@ from server.auth import Authenticator, new_secret
 from server.backends.docker import DockerBackend
 from server.gateway import Gateway
 
+from .engine_support import IMAGE, IMAGE_WITH_CMD, docker_api, missing_tools, private_dockerd
+
 TOKEN = "dockerhost-test-token"
 Server = tuple[CornusServer, DockerBackend]
-IMAGE = "cornus-test/busybox:1"
-IMAGE_WITH_CMD = "cornus-test/busybox:with-cmd"  # the same files, with an entrypoint and a command of its own
-APPLETS = ("sh", "cat", "echo", "wget", "ls", "env", "sleep", "grep", "true", "false", "nslookup")
-
-
-def _needs() -> str | None:
-    if os.geteuid() != 0:
-        return "the dockerhost tests run a Docker engine: they need root"
-    for tool in ("dockerd", "busybox", "nsenter"):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (scripts/bootstrap.sh installs docker.io and busybox-static)"
-    return None
+__all__ = ["IMAGE", "IMAGE_WITH_CMD", "TOKEN", "Server", "docker_api", "dockerhost_server"]
 
 
 @pytest.fixture(scope="package")
 def dockerd() -> Iterator[str]:
     """``unix://...`` of a Docker engine this test run started."""
-    missing = _needs()
+    missing = missing_tools()
     if missing:
-        pytest.skip(missing)
-    base = Path(tempfile.mkdtemp(prefix="cornus-dockerd-"))
-    sock = base / "docker.sock"
-    log = (base / "dockerd.log").open("w")
-    proc = subprocess.Popen(
-        ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-forward=false",
-         "--ip-masq=false", f"--data-root={base / 'data'}", f"--exec-root={base / 'exec'}",
-         f"--pidfile={base / 'dockerd.pid'}", f"--host=unix://{sock}"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            transport = httpx.HTTPTransport(uds=str(sock))
-            with contextlib.suppress(httpx.HTTPError), httpx.Client(transport=transport, base_url="http://d") as c:
-                if c.get("/_ping").status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("dockerd did not start: " + (base / "dockerd.log").read_text()[-2000:])
-            time.sleep(0.1)
-        _import_busybox(sock)
-        yield f"unix://{sock}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        subprocess.run(["umount", "-R", "-l", str(base / "data"), str(base / "exec")], capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def docker_api(host: str) -> httpx.Client:
-    """A plain client of the test engine, for what the tests set up around the backend."""
-    return httpx.Client(transport=httpx.HTTPTransport(uds=host.removeprefix("unix://")), base_url="http://docker",
-                        timeout=60)
-
-
-def _import_busybox(sock: Path) -> None:
-    """A 2 MB image: /bin/busybox and its applets, as ``docker import`` makes it."""
-    buf = io.BytesIO()
-    busybox = shutil.which("busybox")
-    assert busybox is not None
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for folder in ("bin", "etc", "tmp", "data"):
-            info = tarfile.TarInfo(folder)
-            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if folder == "tmp" else 0o755
-            tar.addfile(info)
-        tar.add(os.path.realpath(busybox), arcname="bin/busybox")
-        for applet in APPLETS:
-            link = tarfile.TarInfo(f"bin/{applet}")
-            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-            tar.addfile(link)
-    changes = ['ENTRYPOINT ["/bin/sh", "-c"]', 'CMD ["echo from the image itself"]']
-    with docker_api(f"unix://{sock}") as c:
-        for image, change in ((IMAGE, []), (IMAGE_WITH_CMD, changes)):
-            repo, tag = image.split(":")
-            response = c.post("/images/create", params={"fromSrc": "-", "repo": repo, "tag": tag, "changes": change},
-                              content=buf.getvalue(), headers={"Content-Type": "application/x-tar"})
-            assert response.status_code == 200, response.text
+        pytest.skip(f"the dockerhost tests run a Docker engine: {missing}")
+    with private_dockerd() as host:
+        yield host
 
 
 @contextlib.asynccontextmanager
