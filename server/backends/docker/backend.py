@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -43,6 +42,7 @@ from cornus_core.events import Log, Status
 from cornus_core.proxy.transparent import CaptureError, install_capture, udp_policy
 from cornus_core.spec import EgressSpec
 
+from .. import runlock
 from ..base import BackendError, Deployment
 from ..process import STOP_GRACE, pump_lines, read_caretaker_ready, stop_group
 from .engine import Engine, EngineError, LogError, engine_host
@@ -104,19 +104,18 @@ class DockerBackend:
         self.run_id = secrets.token_hex(4)
         mine = self.run_dir / self.run_id
         mine.mkdir(mode=0o700, parents=True)
-        self._lock = os.open(mine / LOCK, os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self._lock = runlock.take(mine / LOCK)
         removed = []
         try:
             for container in await self.engine.containers(f"{LABEL}={self.prefix}"):
                 run = str((container.get("Labels") or {}).get(RUN_LABEL, ""))
-                if run != self.run_id and not _held(self.run_dir / run):
+                if run != self.run_id and not runlock.held(self.run_dir / run / LOCK):
                     await self.engine.remove(str(container["Id"]))
                     removed.append(str(container["Id"])[:12])
         except EngineError as exc:
             raise BackendError(f"the Docker engine is unavailable: {exc}") from None
         for stale in self.run_dir.iterdir():
-            if stale.name != self.run_id and not _held(stale):
+            if stale.name != self.run_id and not runlock.held(stale / LOCK):
                 _release(stale)
         return removed
 
@@ -367,21 +366,6 @@ def _credential_files(run: Path, config: dict[str, Any]) -> list[str]:
     if sources:
         config["credentials"] = sources
     return [f"{folder}:{inside}:ro" for inside, folder in folders.items()]
-
-
-def _held(run: Path) -> bool:
-    """Whether the server run owning ``run`` still lives (holds its lock)."""
-    try:
-        fd = os.open(run / LOCK, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def _nameservers(resolv_conf: str | None) -> list[str]:

@@ -8,10 +8,10 @@ carrying the prefix whose run is not alive is a leftover.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from pathlib import Path
 
+from ..runlock import held
 from . import _links
 from ._commands import PodError, run
 from ._reaper import stop_namespace
@@ -83,17 +83,7 @@ async def cleanup_leftovers(
 
 def _alive(run_dir: Path, owner: str) -> bool:
     """Whether a server run still holds ``owner``'s lock."""
-    try:
-        fd = os.open(owners_dir(run_dir) / f"{owner}.lock", os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return held(owners_dir(run_dir) / f"{owner}.lock")
 
 
 def _names(candidates: list[str], prefix: str) -> set[PodName]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import pwd
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from cornus_core.proxy.transparent import SOCKET_MARK_ENV, CaptureError, load_nft, release_ruleset
 
+from .. import runlock
 from . import _links
 from ._commands import PodError, run
 from ._reaper import stop_namespace
@@ -98,16 +98,11 @@ class PodHost:
         self._mounts_dir_lock = asyncio.Lock()
         self._lock_path = owners_dir(self.run_dir) / f"{self.owner}.lock"
         try:
-            self._lock_path.parent.mkdir(parents=True, exist_ok=True)
-            # Not inherited by the pods' processes, so the lock dies with this server run.
-            self._lock_fd: int | None = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._lock_fd: int | None = runlock.take(self._lock_path)
+        except BlockingIOError:
+            raise PodError(f"pod owner {self.owner} is already in use by another server run") from None
         except OSError as exc:
             raise PodError(f"cannot use the pod run directory {self.run_dir}: {exc.strerror}") from None
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise PodError(f"pod owner {self.owner} is already in use by another server run") from None
 
     @property
     def owner(self) -> str:
