@@ -240,3 +240,17 @@ async def test_a_new_server_run_clears_a_dead_runs_containers_and_never_a_live_o
     finally:
         await session.down()
         await asyncio.wait_for(task, 60)
+
+
+async def test_a_single_file_mount_shows_just_that_file(docker_server: Server, tmp_path: Path) -> None:
+    server, _ = docker_server
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "config.ini").write_text("[app]\nmode = dev\n")
+    (source / "secret-sibling").write_text("not for the container\n")
+    spec = {"image": IMAGE, "command": "cat /etc/app.ini; ls /etc",
+            "mounts": [{"source": str(source / "config.ini"), "target": "/etc/app.ini", "read_only": True}]}
+    outcome, events = await _run(server, spec)
+    assert outcome.exit_code == 0, events
+    lines = _app(events)
+    assert lines[:2] == ["[app]", "mode = dev"] and "app.ini" in lines and "secret-sibling" not in lines, lines

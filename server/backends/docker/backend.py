@@ -11,8 +11,8 @@ The caretaker runs on the host, entered into the holder's network namespace only
 loopback (the proxy port, the DNS role, credential endpoints) and its capture rules, while it keeps the
 host's filesystem, so it reaches the server through a unix socket in the run directory (whatever network
 the containers have) and its 9P mounts land under the run directory, from where they propagate into the
-workload (each mount is a bind with ``rslave`` propagation at its target; a directory, so single-file
-mounts are not available here). Credential files are written the same way, into a directory bound
+workload (each mount is a bind with ``rslave`` propagation at its target, made once the caretaker has
+mounted it, so a single-file mount is a file there). Credential files are written the same way, into a directory bound
 read-only at the file's directory. It runs as root, exempt from capture by its socket mark. This backend
 never pulls: an image must already be on the engine (``docker load`` or ``docker import``).
 
@@ -222,16 +222,16 @@ class DockerBackend:
 
     async def _mount_points(self, run: Path, config: dict[str, Any]) -> list[str]:
         """Each mount's directory under the run directory, where the caretaker mounts it, and the bind that
-        shows it at the target inside the container. The directory is a shared mount of its own, so mounts
-        made under it later propagate into the container."""
+        shows it at the target inside the container (made once the caretaker has mounted it, so a
+        single-file mount is a file there). The directory is a shared mount of its own, so a mount made again
+        under it after a lost connection propagates into the container."""
         mounts_dir = run / "mounts"
         mounts_dir.mkdir(mode=0o700)
         await _run(["mount", "--bind", str(mounts_dir), str(mounts_dir)], what="the mounts directory")
         await _run(["mount", "--make-rshared", str(mounts_dir)], what="the mounts directory")
         binds, moved = [], []
         for mount in config["mounts"]:
-            point = mounts_dir / mount["name"]
-            point.mkdir()
+            point = mounts_dir / mount["name"]  # the caretaker makes it: a directory, or a file for a file
             binds.append(f"{point}:{mount['target']}:{'ro,' if mount.get('read_only') else ''}rslave")
             moved.append({**mount, "target": str(point)})
         config["mounts"] = moved
