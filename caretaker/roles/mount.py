@@ -30,6 +30,7 @@ import subprocess
 import tempfile
 from typing import Literal, Protocol
 
+from cornus_core.mountinfo import mount_points
 from cornus_core.ninep import Client, NinePError
 from cornus_core.ninep.constants import DEFAULT_MAX_MSIZE
 from cornus_core.ninep.fuse import (
@@ -81,26 +82,6 @@ def _umount(target: str, flags: int = 0) -> None:
     if _libc.umount2(os.fsencode(target), flags) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"umount {target}: {os.strerror(code)}")
-
-
-def unescape_mount_point(field: str) -> str:
-    """A mountinfo path: spaces, tabs, newlines and backslashes come as octal escapes."""
-    out, i = [], 0
-    while i < len(field):
-        code = field[i + 1 : i + 4]
-        if field[i] == "\\" and len(code) == 3 and all(c in "01234567" for c in code):
-            out.append(chr(int(code, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def mount_points() -> list[str]:
-    """Every mount point of this mount namespace, in mount order (one per mount: stacked ones repeat)."""
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as mountinfo:
-        return [unescape_mount_point(line.split()[4]) for line in mountinfo if line.strip()]
 
 
 def is_mounted(path: str) -> bool:

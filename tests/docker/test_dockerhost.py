@@ -14,11 +14,11 @@ import pytest
 
 from cornus_core.caller import CallerSession, Outcome
 from cornus_core.events import Event, HopDecision, Log
+from cornus_core.mountinfo import mounted_under
 from cornus_core.proxy.settings import ProxySettings
 from cornus_core.spec import DeploySpec
 from server.app import CornusServer
 from server.backends.docker import DockerBackend
-from server.backends.docker.backend import mounts_under
 from tests.local.backend_support import NameProxy, Target
 
 from .conftest import IMAGE, IMAGE_WITH_CMD, TOKEN, Server, docker_api, dockerhost_server
@@ -97,7 +97,7 @@ async def test_mounts_show_the_callers_directory_and_take_writes(docker_server: 
     assert "from the caller" in _app(events)
     assert (source / "out.txt").read_text() == "from the container\n"
     # Teardown unmounted the 9P mount and the shared bind beneath it, and removed the run directory.
-    assert mounts_under(backend.run_dir) == [] and _left_in_run(backend) == []
+    assert mounted_under(backend.run_dir) == [] and _left_in_run(backend) == []
 
 
 async def test_the_workloads_environment_workdir_and_exit_status(docker_server: Server) -> None:
@@ -206,7 +206,7 @@ async def test_a_deploy_that_fails_half_way_leaves_nothing(docker_server: Server
     said = [e.line for e in events if isinstance(e, Log) and e.source == "caretaker"]
     assert any("'not-an-address' is not an IP address" in line for line in said), said
     assert await backend.engine.containers("cornus.backend=cornustest") == []
-    assert _left_in_run(backend) == [] and mounts_under(backend.run_dir) == []
+    assert _left_in_run(backend) == [] and mounted_under(backend.run_dir) == []
 
 
 async def test_a_new_server_run_clears_a_dead_runs_containers_and_never_a_live_ones(

@@ -19,7 +19,7 @@ import pytest
 
 from caretaker.config import MountConfig
 from caretaker.link import ServerLink
-from caretaker.roles.mount import MountRole, mount_points
+from caretaker.roles.mount import MountRole
 from caretaker.telemetry import Telemetry
 from cornus_core.caller import CallerSession
 from cornus_core.events import Event, Ready
@@ -145,8 +145,3 @@ def errno_of(fn: Callable[..., Any], *args: Any) -> int:
         return exc.errno or 0
     raise AssertionError(f"{getattr(fn, '__name__', fn)}{args} succeeded")
 
-
-def mounted_under(root: os.PathLike[str] | str) -> list[str]:
-    """Mount points at or below ``root``."""
-    base = os.path.realpath(root)
-    return [p for p in mount_points() if p == base or p.startswith(base + os.sep)]

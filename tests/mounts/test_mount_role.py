@@ -14,9 +14,10 @@ import pytest
 
 from caretaker.config import MountConfig
 from caretaker.roles.mount import MountError, bridge_to_export, choose_mechanism, is_mounted, kernel_has_9p
+from cornus_core.mountinfo import mounted_under
 from cornus_core.ninep import Client
 
-from .mount_support import StartPod, errno_of, mounted_under, needs_fuse
+from .mount_support import StartPod, errno_of, needs_fuse
 
 pytestmark = needs_fuse()
 

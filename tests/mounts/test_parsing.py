@@ -7,7 +7,7 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caretaker.roles.mount import unescape_mount_point
+from cornus_core.mountinfo import unescape_mount_point
 from cornus_core.ninep.constants import OpenFlag
 from cornus_core.ninep.fuse import ninep_open_flags
 

@@ -27,7 +27,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import secrets
 import shutil
 import struct
@@ -39,11 +38,14 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from cornus_core.events import Log, Status
+from cornus_core.mountinfo import mounted_under
 from cornus_core.proxy.transparent import CaptureError, install_capture, udp_policy
 from cornus_core.spec import EgressSpec
 
 from .. import runlock
 from ..base import BackendError, Deployment
+from ..local._commands import PodError
+from ..local._commands import run as run_command
 from ..process import STOP_GRACE, pump_lines, read_caretaker_ready, stop_group
 from .engine import Engine, EngineError, LogError, engine_host
 
@@ -61,7 +63,7 @@ LOCK = ".lock"
 # connection reaches the capture rules instead of failing with "network unreachable".
 DEAD_END_ROUTE = ["link add cornus0 type veth peer name cornus0p", "addr add 192.0.2.2/32 dev cornus0",
                   "link set cornus0p up", "link set cornus0 up", "route add default dev cornus0"]
-_SETUP_ERRORS = (EngineError, CaptureError, OSError, LogError)
+_SETUP_ERRORS = (EngineError, CaptureError, PodError, OSError, LogError)
 
 
 class Listeners(Protocol):
@@ -170,8 +172,8 @@ class DockerBackend:
         binds += _credential_files(run, config)
         transparent = (config.get("egress") or {}).get("mode") == "transparent"
         if transparent and self.network == "none":
-            await _run(["nsenter", f"--net={netns}", "ip", "-batch", "-"], "\n".join(DEAD_END_ROUTE) + "\n",
-                       what="a default route for the capture rules")
+            await run_command(["nsenter", f"--net={netns}", "ip", "-batch", "-"],
+                              input="\n".join(DEAD_END_ROUTE) + "\n", what="a default route for the capture rules")
         if transparent:  # the app's DNS goes to the caretaker, which asks what the container would have
             upstream = self.dns_upstream or _nameservers(holder_info.get("ResolvConfPath"))
             if upstream:
@@ -227,8 +229,8 @@ class DockerBackend:
         under it after a lost connection propagates into the container."""
         mounts_dir = run / "mounts"
         mounts_dir.mkdir(mode=0o700)
-        await _run(["mount", "--bind", str(mounts_dir), str(mounts_dir)], what="the mounts directory")
-        await _run(["mount", "--make-rshared", str(mounts_dir)], what="the mounts directory")
+        await run_command(["mount", "--bind", str(mounts_dir), str(mounts_dir)], what="the mounts directory")
+        await run_command(["mount", "--make-rshared", str(mounts_dir)], what="the mounts directory")
         binds, moved = [], []
         for mount in config["mounts"]:
             point = mounts_dir / mount["name"]  # the caretaker makes it: a directory, or a file for a file
@@ -411,34 +413,6 @@ def statically_linked(path: str) -> bool:
 def _release(run: Path) -> None:
     """Unmount whatever is still mounted under a deployment's run directory (deepest first), then remove
     it."""
-    for point in sorted(mounts_under(run), key=len, reverse=True):
+    for point in sorted(mounted_under(run), key=len, reverse=True):
         subprocess.run(["umount", "-l", point], capture_output=True)
     shutil.rmtree(run, ignore_errors=True)
-
-
-def mounts_under(path: Path) -> list[str]:
-    """Mount points at or below ``path`` (from /proc/self/mountinfo: a self-bind on the same filesystem is
-    invisible to ``os.path.ismount``)."""
-    prefix = str(path.resolve())
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    points = []
-    for line in lines:
-        fields = line.split()
-        if len(fields) > 4:
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-            if point == prefix or point.startswith(prefix + "/"):
-                points.append(point)
-    return points
-
-
-async def _run(argv: list[str], stdin: str | None = None, *, what: str) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    _, err = await proc.communicate(stdin.encode() if stdin is not None else None)
-    if proc.returncode != 0:
-        raise BackendError(f"{what}: {argv[0]} failed: {err.decode(errors='replace').strip()}")
-

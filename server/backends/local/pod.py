@@ -16,12 +16,12 @@ import contextlib
 import logging
 import os
 import pwd
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from cornus_core.mountinfo import mount_points
 from cornus_core.proxy.transparent import SOCKET_MARK_ENV, CaptureError, load_nft, release_ruleset
 
 from .. import runlock
@@ -52,16 +52,8 @@ def mounts_dir(run_dir: Path) -> Path:
 
 
 def is_mount_point(path: Path) -> bool:
-    """Whether something is mounted at ``path`` in this mount namespace (bind mounts included, which
-    ``os.path.ismount`` misses when they stay on one filesystem)."""
-    target = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as mountinfo:
-        # Field 5 is the mount point, with spaces and the like escaped as octal.
-        return any(_unescape(line.split()[4]) == target for line in mountinfo)
-
-
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
+    """Whether something is mounted at ``path`` in this mount namespace (bind mounts included)."""
+    return os.path.realpath(path) in mount_points()
 
 
 def ipv6_available() -> bool:
