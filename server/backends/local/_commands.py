@@ -1,9 +1,12 @@
-"""Running the iproute2, nft and util-linux tools the pods are built with."""
+"""Running the iproute2, nft and util-linux tools the pods are built with, and starting processes in them."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+
+from cornus_core.proxy.transparent import SOCKET_MARK_ENV
 
 COMMAND_TIMEOUT = 15.0
 
@@ -35,3 +38,31 @@ async def run(argv: Sequence[str], *, input: str | None = None, what: str) -> st
         reason = err.decode(errors="replace").strip() or f"exit status {proc.returncode}"
         raise PodError(f"{what}: {reason}")
     return out.decode(errors="replace")
+
+
+async def start_in_pod(
+    pod: str,
+    argv: Sequence[str],
+    command: Sequence[str],
+    env: Mapping[str, str] | None,
+    *,
+    cwd: str | None,
+    mark: int | None,
+    stdin: int | None,
+    stdout: int | None,
+    stderr: int | None,
+) -> asyncio.subprocess.Process:
+    """Start ``command`` (``argv`` wrapped to enter pod ``pod``) in a session of its own.
+
+    ``env`` None inherits the server's environment. ``mark`` is handed to the process as
+    ``CORNUS_SOCKET_MARK``: the kernel has no per-process socket mark, so the process marks its own
+    outbound sockets with it (see ``set_socket_mark``) and capture rules exempting that mark let them by.
+    """
+    if mark is not None:
+        env = {**(os.environ if env is None else env), SOCKET_MARK_ENV: str(mark)}
+    try:
+        return await asyncio.create_subprocess_exec(
+            *command, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True
+        )
+    except OSError as exc:
+        raise PodError(f"pod {pod}: cannot start {argv[0]!r}: {exc.strerror or exc}") from None

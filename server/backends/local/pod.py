@@ -22,11 +22,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from cornus_core.mountinfo import mount_points
-from cornus_core.proxy.transparent import SOCKET_MARK_ENV, CaptureError, load_nft, release_ruleset
+from cornus_core.proxy.transparent import CaptureError, load_nft, release_ruleset
 
 from .. import runlock
 from . import _links
-from ._commands import PodError, run
+from ._commands import PodError, run, start_in_pod
 from ._reaper import stop_namespace
 from .addresses import DEFAULT_IPV4_RANGE, DEFAULT_IPV6_RANGE, AddressPlan, PodAddresses
 from .naming import DEFAULT_PREFIX, PodName, check_instance, check_prefix, new_instance, pod_name
@@ -300,29 +300,13 @@ class Pod:
         stdout: int | None = None,
         stderr: int | None = None,
     ) -> asyncio.subprocess.Process:
-        """Start ``argv`` inside the pod, in a session of its own.
-
-        ``env`` None inherits the server's environment. ``mark`` is handed to the process as
-        ``CORNUS_SOCKET_MARK``: the kernel has no per-process socket mark, so the process marks its own
-        outbound sockets with it (see ``set_socket_mark``) and capture rules exempting that mark let them by.
-        """
+        """Start ``argv`` inside the pod, in a session of its own (see ``start_in_pod``)."""
         if self.destroyed:
             raise PodError(f"pod {self.name} is destroyed; cannot start {argv[0] if argv else 'nothing'}")
-        if mark is not None:
-            env = {**(os.environ if env is None else env), SOCKET_MARK_ENV: str(mark)}
-        command = self.command(argv, cwd=cwd, uid=uid)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *command,
-                env=env,
-                cwd=None if self.mount_ns_path is not None else cwd,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise PodError(f"pod {self.name}: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        proc = await start_in_pod(
+            self.name, argv, self.command(argv, cwd=cwd, uid=uid), env,
+            cwd=None if self.mount_ns_path is not None else cwd, mark=mark, stdin=stdin, stdout=stdout, stderr=stderr,
+        )
         self.processes.append(proc)
         return proc
 

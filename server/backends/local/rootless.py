@@ -27,9 +27,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cornus_core.proxy.transparent import SOCKET_MARK_ENV
-
-from ._commands import PodError, run
+from ._commands import PodError, run, start_in_pod
 from ._reaper import NamespaceId, namespace_id, stop_namespace
 from .naming import PodName
 from .pod import DEFAULT_RUN_DIR, PodHost, ipv6_available
@@ -198,15 +196,8 @@ class RootlessPod:
         """Start ``argv`` inside the pod, in a session of its own; as ``Pod.spawn``, without ``uid``."""
         if self.destroyed:
             raise PodError(f"pod {self.name} is destroyed; cannot start {argv[0] if argv else 'nothing'}")
-        if mark is not None:
-            env = {**(os.environ if env is None else env), SOCKET_MARK_ENV: str(mark)}
-        command = self.command(argv, cwd=cwd, uid=uid)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *command, env=env, stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True
-            )
-        except OSError as exc:
-            raise PodError(f"pod {self.name}: cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        proc = await start_in_pod(self.name, argv, self.command(argv, cwd=cwd, uid=uid), env, cwd=None, mark=mark,
+                                  stdin=stdin, stdout=stdout, stderr=stderr)
         self.processes.append(proc)
         return proc
 
